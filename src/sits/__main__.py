@@ -1,0 +1,5 @@
+import sys
+
+from sits.cli import main
+
+sys.exit(main())

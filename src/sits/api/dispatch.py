@@ -1,0 +1,48 @@
+"""Path dispatch for the gateway's HTTP edge, and the one place errors are rendered."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from sits.api.error_responses import render_error
+from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
+from sits.api.openai_routes import request_id_of
+from sits.errors import MethodNotAllowed, NotFound, SitsError
+
+log = logging.getLogger("sits.api")
+
+Route = Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]
+
+
+class Dispatcher:
+    """Maps (method, path) to a route; every answer carries x-request-id."""
+
+    def __init__(self, routes: dict[tuple[str, str], Route]) -> None:
+        self._routes = routes
+        self._paths = {path for _, path in routes}
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse | StreamingResponse:
+        request_id = request_id_of(request)
+        path = request.path.rstrip("/") or "/"
+        route = self._routes.get((request.method, path))
+        try:
+            if route is None:
+                if path in self._paths:
+                    allowed = ", ".join(sorted(m for m, p in self._routes if p == path))
+                    raise MethodNotAllowed(f"{request.method} is not allowed on {path}; use {allowed}")
+                raise NotFound(f"no route for {request.method} {path}")
+            response = await route(request, request_id)
+        except SitsError as exc:
+            response = render_error(exc)
+        except Exception:
+            log.exception("unexpected error on %s %s (request %s)", request.method, path, request_id)
+            response = render_error(SitsError("internal error; see the gateway log for request " + request_id))
+        response.headers.append((b"x-request-id", request_id.encode()))
+        return response
+
+
+def json_response(status: int, payload: object) -> HttpResponse:
+    return HttpResponse(status, orjson.dumps(payload))

@@ -1,0 +1,288 @@
+"""A lean HTTP/1.1 server on asyncio + httptools (llhttp).
+
+Why not an ASGI server: the gateway's own edge is its hot path, and the ASGI
+scope/receive/send layer costs more per request than everything else SITS does
+(bench/README.md). This module does only what a JSON/SSE API needs: keep-alive,
+content-length and chunked request bodies, header and body limits, chunked
+streaming responses with back-pressure, and cancellation of the handler when
+the client disconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import httptools
+
+from sits.api.http_types import Handler, HttpRequest, HttpResponse, StreamingResponse
+from sits.errors import HeadersTooLarge, InvalidRequest, PayloadTooLarge, SitsError
+
+log = logging.getLogger("sits.http")
+
+ErrorRenderer = Callable[[SitsError], HttpResponse]
+
+_STATUS_LINES = {
+    s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus
+}
+_MAX_PIPELINED = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_header_bytes: int = 64 * 1024
+    keep_alive_timeout_s: float = 75.0
+
+
+class _Rejected(Exception):
+    """Raised inside parser callbacks; carries the error to answer with."""
+
+    def __init__(self, error: SitsError) -> None:
+        self.error = error
+
+
+class ConnectionTracker:
+    """The server's live connections, for draining on shutdown."""
+
+    def __init__(self) -> None:
+        self.connections: set[HttpServerProtocol] = set()
+
+    def busy(self) -> int:
+        return sum(1 for c in self.connections if c.busy)
+
+    def close_idle(self) -> None:
+        for conn in list(self.connections):
+            if not conn.busy:
+                conn.close()
+
+    def close_all(self) -> None:
+        for conn in list(self.connections):
+            conn.close()
+
+
+class HttpServerProtocol(asyncio.Protocol):
+    """One client connection. Requests on it are answered in order."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        render_error: ErrorRenderer,
+        limits: ServerLimits,
+        tracker: ConnectionTracker,
+    ) -> None:
+        self._handler = handler
+        self._render_error = render_error
+        self._limits = limits
+        self._tracker = tracker
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._header_bytes = 0
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._pending: deque[tuple[HttpRequest, bool]] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # -- connection events ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._tracker.connections.add(self)
+        self._arm_idle_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._tracker.connections.discard(self)
+        self._cancel_idle_timer()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # the client went away: stop its upstream work too
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_exception(ConnectionResetError("client disconnected"))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            error = cause.error if isinstance(cause, _Rejected) else InvalidRequest("malformed HTTP request")
+            self._reject(error)
+        except httptools.HttpParserError as exc:
+            self._reject(InvalidRequest(f"malformed HTTP request: {exc}"))
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.close()
+
+    # -- parser callbacks ----------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._cancel_idle_timer()
+        self._url = b""
+        self._headers = {}
+        self._header_bytes = 0
+        self._body = []
+        self._body_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_header_bytes(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        previous = self._headers.get(key)
+        self._headers[key] = text if previous is None else f"{previous}, {text}"
+
+    def on_headers_complete(self) -> None:
+        declared = self._headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._limits.max_body_bytes:
+            raise _Rejected(self._too_large())
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > self._limits.max_body_bytes:
+            raise _Rejected(self._too_large())
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        path, _, query = self._url.decode("latin-1").partition("?")
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request = HttpRequest(self._parser.get_method().decode("ascii"), path, query, self._headers, body)
+        self._pending.append((request, self._parser.should_keep_alive()))
+        if len(self._pending) >= _MAX_PIPELINED and self._transport is not None:
+            self._transport.pause_reading()
+        if self._task is None or self._task.done():
+            self._task = self._loop.create_task(self._serve_pending())
+
+    # -- answering -----------------------------------------------------------
+
+    async def _serve_pending(self) -> None:
+        while self._pending and not self._closed:
+            request, keep_alive = self._pending.popleft()
+            try:
+                response = await self._handler(request)
+            except Exception:  # the handler renders its own errors; this is the last guard
+                log.exception("handler failed for %s %s", request.method, request.path)
+                response = self._render_error(SitsError("internal error"))
+            if isinstance(response, HttpResponse):
+                self._write_response(response, keep_alive)
+            else:
+                await self._write_stream(response, keep_alive)
+            if not keep_alive:
+                self.close()
+                return
+        if self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+            self._arm_idle_timer()
+
+    def _write_response(self, response: HttpResponse, keep_alive: bool) -> None:
+        if self._closed or self._transport is None:
+            return
+        head = [
+            _STATUS_LINES.get(response.status) or b"HTTP/1.1 %d Unknown\r\n" % response.status,
+            b"content-type: ",
+            response.content_type,
+            b"\r\ncontent-length: %d\r\n" % len(response.body),
+        ]
+        for name, value in response.headers:
+            head.append(name + b": " + value + b"\r\n")
+        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        head.append(response.body)
+        self._transport.write(b"".join(head))
+
+    async def _write_stream(self, response: StreamingResponse, keep_alive: bool) -> None:
+        transport = self._transport
+        chunks = response.chunks
+        try:
+            if self._closed or transport is None:
+                return
+            head = [
+                _STATUS_LINES.get(response.status) or b"HTTP/1.1 %d Unknown\r\n" % response.status,
+                b"content-type: ",
+                response.content_type,
+                b"\r\ntransfer-encoding: chunked\r\ncache-control: no-cache\r\n",
+            ]
+            for name, value in response.headers:
+                head.append(name + b": " + value + b"\r\n")
+            head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+            transport.write(b"".join(head))
+            async for chunk in chunks:
+                if not chunk:
+                    continue
+                if self._closed:
+                    return
+                transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                if self._write_paused:
+                    await self._drain()
+            if not self._closed:
+                transport.write(b"0\r\n\r\n")
+        except Exception:
+            # Headers are gone already: the only honest signal left is an unterminated body.
+            log.exception("stream relay failed")
+            self.close()
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _drain(self) -> None:
+        self._drain_waiter = self._loop.create_future()
+        try:
+            await self._drain_waiter
+        finally:
+            self._drain_waiter = None
+
+    def _reject(self, error: SitsError) -> None:
+        """Answer a request we could not even parse, then close the connection."""
+        self._pending.clear()
+        if self._task is None or self._task.done():
+            self._write_response(self._render_error(error), keep_alive=False)
+        self.close()
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"request body exceeds the limit of {self._limits.max_body_bytes} bytes", param="body"
+        )
+
+    def _count_header_bytes(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > self._limits.max_header_bytes:
+            raise _Rejected(
+                HeadersTooLarge(f"request headers exceed the limit of {self._limits.max_header_bytes} bytes")
+            )
+
+    def _arm_idle_timer(self) -> None:
+        self._idle_timer = self._loop.call_later(self._limits.keep_alive_timeout_s, self._close_if_idle)
+
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _close_if_idle(self) -> None:
+        if not self.busy and not self._pending:
+            self.close()

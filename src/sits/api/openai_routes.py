@@ -1,0 +1,110 @@
+"""The OpenAI data-plane endpoints: validate at the edge, hand to the director, relay the answer."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+
+from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
+from sits.api.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, parse_body
+from sits.errors import SitsError, UpstreamProtocolError
+from sits.pipeline.context import RoutingRequest
+from sits.pipeline.director import AUTO_MODEL, Director
+from sits.pipeline.exchange import Exchange
+from sits.state.routing_table import RoutingTable
+
+log = logging.getLogger("sits.api")
+
+_MAX_REQUEST_ID = 128
+_SEEN_UNKNOWN_LIMIT = 256
+
+
+def request_id_of(request: HttpRequest) -> str:
+    """The client's x-request-id if it is safe to echo and forward, else a fresh one."""
+    given = request.headers.get("x-request-id")
+    if given and len(given) <= _MAX_REQUEST_ID and given.isprintable() and given.isascii():
+        return given
+    return secrets.token_hex(12)
+
+
+class OpenAIRoutes:
+    def __init__(self, director: Director, table: Callable[[], RoutingTable], created: int) -> None:
+        self._director = director
+        self._table = table
+        self._created = created
+        self._unknown_fields_seen: set[str] = set()
+
+    async def chat_completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
+        body = parse_body(ChatCompletionBody, request.body)
+        return await self._forward(request, request_id, "/chat/completions", body, body.prompt_text())
+
+    async def completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
+        body = parse_body(CompletionBody, request.body)
+        return await self._forward(request, request_id, "/completions", body, body.prompt_text())
+
+    async def embeddings(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
+        body = parse_body(EmbeddingBody, request.body)
+        return await self._forward(request, request_id, "/embeddings", body, "")
+
+    async def list_models(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        table = self._table()
+        data: list[dict[str, Any]] = [
+            {"id": m.name, "object": "model", "created": self._created, "owned_by": m.owned_by, "tier": m.tier}
+            for m in table.models.values()
+        ]
+        data += [
+            {"id": alias, "object": "model", "created": self._created, "owned_by": "sits", "alias_of": target}
+            for alias, target in table.aliases.items()
+        ]
+        if AUTO_MODEL not in table.models and AUTO_MODEL not in table.aliases and table.models:
+            data.append({"id": AUTO_MODEL, "object": "model", "created": self._created, "owned_by": "sits",
+                         "description": "SITS chooses the model per request"})
+        return HttpResponse(200, orjson.dumps({"object": "list", "data": data}))
+
+    async def _forward(
+        self, request: HttpRequest, request_id: str, api: str, body: Any, prompt_text: str
+    ) -> HttpResponse | StreamingResponse:
+        if body.model_extra:
+            self._note_unknown_fields(api, body.model_extra)
+        stream = bool(getattr(body, "stream", False))
+        routing = RoutingRequest(api=api, model=body.model, stream=stream, request_id=request_id,
+                                 prompt_text=prompt_text)
+        exchange = await self._director.run(routing, request.body)
+        headers = [
+            (b"x-sits-model", exchange.model.encode()),
+            (b"x-sits-endpoint", exchange.endpoint.id.encode()),
+            (b"x-sits-route", exchange.route.encode("latin-1", "replace")),
+        ]
+        if stream:
+            return StreamingResponse(200, _relay_stream(exchange), headers=headers)
+        payload = await exchange.read()
+        content_type = exchange.response.headers.get("content-type", "application/json").encode("latin-1")
+        return HttpResponse(200, payload, content_type=content_type, headers=headers)
+
+    def _note_unknown_fields(self, api: str, extra: dict[str, Any]) -> None:
+        """Unknown fields are forwarded unchanged; say so once per field name (bounded)."""
+        for name in extra:
+            key = f"{api}:{name}"
+            if key not in self._unknown_fields_seen and len(self._unknown_fields_seen) < _SEEN_UNKNOWN_LIMIT:
+                self._unknown_fields_seen.add(key)
+                log.info("forwarding field unknown to SITS unchanged: %s in %s", name, api)
+
+
+async def _relay_stream(exchange: Exchange) -> AsyncIterator[bytes]:
+    """Relay upstream SSE bytes as they come. A stream that breaks gets an SSE error event and
+    ends without `[DONE]`, so a client can never mistake a cut answer for a complete one."""
+    tail = b""
+    try:
+        async for chunk in exchange.chunks():
+            tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
+            yield chunk
+        if b"[DONE]" not in tail:
+            raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
+    except SitsError as exc:
+        log.warning("stream from %s failed: %s", exchange.endpoint.id, exc.message)
+        event = {"error": {"message": exc.message, "type": exc.error_type, "param": None, "code": exc.code}}
+        yield b"data: " + orjson.dumps(event) + b"\n\n"

@@ -1,0 +1,317 @@
+"""Pooled HTTP/1.1 client for upstream model servers, on asyncio + httptools.
+
+Why not aiohttp/httpx here: the upstream call is half of the gateway's hot path,
+and a purpose-built client that reuses keep-alive connections, pre-encodes the
+static part of each endpoint's request and relays body chunks without copying
+costs a fraction of a general client per request (bench/README.md).
+
+Contract: `ConnectionPool.request()` returns once the response headers arrived
+(or raises an `UpstreamError`). The caller must either consume the body fully or
+`close()` the response; an unfinished response closes its connection, which is
+how a cancelled client request cancels the upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httptools
+
+from sits.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
+
+_PAUSE_ABOVE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds. `first_byte` bounds the wait for response headers; `total` the whole exchange."""
+
+    connect: float = 5.0
+    first_byte: float = 120.0
+    total: float = 600.0
+
+
+class _StaleConnection(Exception):
+    """A reused keep-alive connection was closed by the peer before answering."""
+
+
+class UpstreamResponse:
+    """Status, headers and a body that arrives in chunks."""
+
+    __slots__ = ("status", "headers", "_chunks", "_buffered", "_done", "_error", "_waiter", "_conn")
+
+    def __init__(self, conn: _UpstreamConnection) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._done = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._conn: _UpstreamConnection | None = conn
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        while not self._done:
+            await self._wait()
+        return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive (each may join several network reads)."""
+        try:
+            while True:
+                if self._chunks:
+                    data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+                    self._chunks.clear()
+                    self._buffered = 0
+                    if self._conn is not None:
+                        self._conn.resume()
+                    yield data
+                elif self._done:
+                    return
+                else:
+                    await self._wait()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Abandon the body; an unfinished exchange closes its connection."""
+        if not self._done and self._conn is not None:
+            self._conn.abort()
+        self._conn = None
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise self._error
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    # called by the connection
+    def _feed(self, data: bytes) -> bool:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        self._wake()
+        return self._buffered > _PAUSE_ABOVE_BYTES
+
+    def _finish(self) -> None:
+        self._done = True
+        self._conn = None
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._done:
+            self._error = error
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class _UpstreamConnection(asyncio.Protocol):
+    def __init__(self, pool: ConnectionPool, origin: Origin) -> None:
+        self._pool = pool
+        self._origin = origin
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._response: UpstreamResponse | None = None
+        self._headers_ready: asyncio.Future[UpstreamResponse] | None = None
+        self._got_bytes = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timeouts = Timeouts()
+        self._started = 0.0
+        self.closed = False
+        self.reused = False
+
+    # -- protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._cancel_timer()
+        if self._headers_ready is not None and not self._headers_ready.done():
+            if self.reused and not self._got_bytes:
+                self._headers_ready.set_exception(_StaleConnection())
+            else:
+                self._headers_ready.set_exception(
+                    UpstreamProtocolError(f"upstream {self._origin.host}:{self._origin.port} closed the connection")
+                )
+        if self._response is not None:
+            self._response._fail(
+                UpstreamProtocolError("upstream closed the connection before the response was complete")
+            )
+            self._response = None
+
+    def data_received(self, data: bytes) -> None:
+        self._got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamProtocolError(f"malformed upstream response: {exc}"))
+
+    # -- parser callbacks ----------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._response is not None:
+            self._response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        response = self._response
+        if response is None or self._headers_ready is None:
+            return
+        response.status = self._parser.get_status_code()
+        # Headers arrived: from here on only the total deadline applies.
+        self._arm_timer(self._started + self._timeouts.total, "total")
+        if not self._headers_ready.done():
+            self._headers_ready.set_result(response)
+
+    def on_body(self, body: bytes) -> None:
+        if self._response is not None and self._response._feed(body) and self._transport is not None:
+            self._transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        self._cancel_timer()
+        response, self._response = self._response, None
+        keep_alive = self._parser.should_keep_alive()
+        if response is not None:
+            response._finish()
+        if keep_alive and not self.closed:
+            self._pool._release(self)
+        else:
+            self.abort()
+
+    # -- used by the pool and the response ----------------------------------
+
+    def send(self, data: bytes, timeouts: Timeouts) -> asyncio.Future[UpstreamResponse]:
+        assert self._transport is not None
+        self._timeouts = timeouts
+        self._started = self._loop.time()
+        self._got_bytes = False
+        self._response = UpstreamResponse(self)
+        self._headers_ready = self._loop.create_future()
+        self._arm_timer(self._started + min(timeouts.first_byte, timeouts.total), "first byte")
+        self._transport.write(data)
+        return self._headers_ready
+
+    def resume(self) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.resume_reading()
+
+    def abort(self) -> None:
+        self._cancel_timer()
+        if not self.closed and self._transport is not None:
+            self.closed = True
+            self._transport.close()
+
+    def _fail(self, error: Exception) -> None:
+        if self._headers_ready is not None and not self._headers_ready.done():
+            self._headers_ready.set_exception(error)
+        if self._response is not None:
+            self._response._fail(error)
+            self._response = None
+        self.abort()
+
+    def _arm_timer(self, deadline: float, what: str) -> None:
+        self._cancel_timer()
+        self._timer = self._loop.call_at(deadline, self._on_timeout, what)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timeout(self, what: str) -> None:
+        self._timer = None
+        limit = self._timeouts.total if what == "total" else self._timeouts.first_byte
+        self._fail(UpstreamTimeout(f"upstream {self._origin.host}:{self._origin.port} {what} timeout after {limit:g}s"))
+
+
+class ConnectionPool:
+    """Keep-alive connections per origin, shared by every endpoint on that origin."""
+
+    def __init__(self, max_idle_per_origin: int = 256, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._idle: dict[Origin, deque[_UpstreamConnection]] = {}
+        self._max_idle = max_idle_per_origin
+        self._ssl_context = ssl_context
+        self._closing = False
+
+    async def request(self, origin: Origin, data: bytes, timeouts: Timeouts) -> UpstreamResponse:
+        """Send one pre-encoded HTTP/1.1 request; return when its headers are in."""
+        for _ in range(3):
+            conn = self._take_idle(origin) or await self._connect(origin, timeouts)
+            try:
+                return await conn.send(data, timeouts)
+            except _StaleConnection:
+                continue  # the peer closed an idle keep-alive connection; nothing was processed
+            except BaseException:
+                conn.abort()  # cancelled or failed mid-exchange: the connection is not reusable
+                raise
+        raise UpstreamConnectError(f"upstream {origin.host}:{origin.port} keeps closing connections")
+
+    def _take_idle(self, origin: Origin) -> _UpstreamConnection | None:
+        idle = self._idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                conn.reused = True
+                return conn
+        return None
+
+    def _release(self, conn: _UpstreamConnection) -> None:
+        idle = self._idle.setdefault(conn._origin, deque())
+        if self._closing or len(idle) >= self._max_idle:
+            conn.abort()
+        else:
+            idle.append(conn)
+
+    async def _connect(self, origin: Origin, timeouts: Timeouts) -> _UpstreamConnection:
+        loop = asyncio.get_running_loop()
+        tls = None
+        if origin.tls:
+            tls = self._ssl_context or ssl.create_default_context()
+        try:
+            async with asyncio.timeout(timeouts.connect):
+                _, conn = await loop.create_connection(
+                    lambda: _UpstreamConnection(self, origin),
+                    origin.host,
+                    origin.port,
+                    ssl=tls,
+                    server_hostname=origin.host if tls else None,
+                )
+        except TimeoutError:
+            raise UpstreamConnectError(
+                f"connect to {origin.host}:{origin.port} timed out after {timeouts.connect:g}s"
+            ) from None
+        except OSError as exc:
+            raise UpstreamConnectError(f"cannot connect to {origin.host}:{origin.port}: {exc.strerror or exc}") from None
+        return conn
+
+    async def close(self) -> None:
+        self._closing = True
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().abort()
+        self._idle.clear()

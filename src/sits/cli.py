@@ -1,0 +1,89 @@
+"""The `sits` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from sits import __version__
+from sits.control.config import GatewayConfig, load_config
+from sits.control.embedded_default import config_from_backends, embedded_default_config
+from sits.errors import ConfigError
+from sits.settings import Settings
+from sits.telemetry.logging_setup import configure_logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args))
+    except ConfigError as exc:
+        print(f"sits: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sits", description="SITS multi-model inference gateway")
+    parser.add_argument("--version", action="version", version=f"sits {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="run the gateway (with no config: two embedded local models)")
+    serve.add_argument("--config", type=Path, help="YAML config file (default: $SITS_CONFIG)")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8080)")
+    serve.add_argument("--workers", type=int, help="gateway processes sharing the port (default 1)")
+    serve.add_argument("--backend", action="append", default=[], metavar="NAME=URL",
+                       help="front an OpenAI-compatible server without a config file (repeatable)")
+    serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.set_defaults(run=_serve)
+
+    chat = sub.add_parser("chat", help="ask one question through a gateway and stream the answer")
+    chat.add_argument("question")
+    chat.add_argument("--url", default=None, help="gateway base URL (default: http://127.0.0.1:8080)")
+    chat.add_argument("--model", default="auto")
+    chat.add_argument("--max-tokens", type=int, default=128)
+    chat.set_defaults(run=_chat)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(os.environ).with_overrides(
+        host=getattr(args, "host", None), port=getattr(args, "port", None),
+        workers=getattr(args, "workers", None), config_path=getattr(args, "config", None),
+        log_level=getattr(args, "log_level", None),
+    )
+
+
+def _gateway_config(settings: Settings, backends: list[str]) -> GatewayConfig:
+    if backends and settings.config_path:
+        raise ConfigError("give either --config or --backend, not both")
+    if backends:
+        return config_from_backends(backends)
+    if settings.config_path:
+        return load_config(settings.config_path)
+    return embedded_default_config()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sits.serve import run
+
+    settings = _settings(args)
+    configure_logging(settings.log_level)
+    run(settings, _gateway_config(settings, args.backend))
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from sits.chat_client import chat
+
+    return chat(args.question, base_url=args.url, model=args.model, max_tokens=args.max_tokens)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

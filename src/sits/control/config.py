@@ -1,0 +1,144 @@
+"""Static configuration (YAML): its schema, loading and strict validation.
+
+An unknown key or a wrong type fails at startup with the path of the offending
+key, e.g. `models[0].endpoints[1].url: ...`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sits.errors import ConfigError
+
+Tier = Literal["tiny", "base", "heavy"]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class TimeoutsConfig(_Strict):
+    connect_s: PositiveFloat = 5.0
+    first_byte_s: PositiveFloat = 120.0
+    total_s: PositiveFloat = 600.0
+
+
+class EndpointConfig(_Strict):
+    url: str
+    upstream_model: str | None = None
+    api_key_env: str | None = None
+    weight: PositiveFloat = 1.0
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"must be an http(s) URL, got {url!r}")
+        if not parts.hostname:
+            raise ValueError(f"has no host: {url!r}")
+        try:
+            parts.port
+        except ValueError as exc:
+            raise ValueError(f"bad port in {url!r}: {exc}") from None
+        return url
+
+
+class LocalModelConfig(_Strict):
+    gguf: str = Field(description="a GGUF file path, or package:<pip name> for the embedded models")
+    prompt_format: Literal["chat-template", "plain"] = "chat-template"
+    n_ctx: Annotated[int, Field(ge=128)] = 2048
+    threads: Annotated[int, Field(ge=1)] = 1
+
+
+class ModelConfig(_Strict):
+    name: Annotated[str, Field(min_length=1)]
+    tier: Tier | None = None
+    description: str = ""
+    aliases: list[str] = []
+    endpoints: list[EndpointConfig] = []
+    local: LocalModelConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if bool(self.endpoints) == (self.local is not None):
+            raise ValueError("give either 'endpoints' (a non-empty list) or 'local', not both or neither")
+        return self
+
+
+class ServerConfig(_Strict):
+    host: str | None = None
+    port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
+    keep_alive_timeout_s: PositiveFloat = 75.0
+    drain_timeout_s: PositiveFloat = 30.0
+
+
+class GatewayConfig(_Strict):
+    server: ServerConfig = ServerConfig()
+    models: list[ModelConfig] = []
+    aliases: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _names(self) -> GatewayConfig:
+        seen: set[str] = set()
+        for i, m in enumerate(self.models):
+            if m.name in seen:
+                raise ValueError(f"models[{i}].name: duplicate model name {m.name!r}")
+            seen.add(m.name)
+        aliases = dict(self.aliases)
+        for m in self.models:
+            for a in m.aliases:
+                aliases[a] = m.name
+        for alias, target in aliases.items():
+            if alias in seen:
+                raise ValueError(f"aliases.{alias}: alias clashes with a model of the same name")
+            if target not in seen:
+                raise ValueError(f"aliases.{alias}: points to unknown model {target!r}")
+        return self
+
+    def all_aliases(self) -> dict[str, str]:
+        aliases = dict(self.aliases)
+        for m in self.models:
+            for a in m.aliases:
+                aliases[a] = m.name
+        return aliases
+
+
+def load_config(path: Path) -> GatewayConfig:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    return parse_config(raw if raw is not None else {}, source=str(path))
+
+
+def parse_config(raw: object, source: str = "config") -> GatewayConfig:
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{source}: {_path(e['loc'])}: {_message(e)}" for e in exc.errors(include_url=False)]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _message(error: dict) -> str:  # type: ignore[type-arg]
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    return str(error["msg"]).removeprefix("Value error, ")

@@ -1,0 +1,127 @@
+"""The one exception tree. Foreign exceptions are translated where they enter;
+`api/` turns these into OpenAI-shaped JSON and is the only place that does."""
+
+from __future__ import annotations
+
+
+class SitsError(Exception):
+    """Base of every error SITS raises on purpose."""
+
+    http_status: int = 500
+    code: str = "internal_error"
+    error_type: str = "server_error"
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        http_status: int | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if http_status is not None:
+            self.http_status = http_status
+        self.headers = headers
+
+
+class ClientError(SitsError):
+    """The request is wrong; retrying it unchanged cannot help."""
+
+    http_status = 400
+    code = "invalid_request"
+    error_type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    http_status = 400
+
+
+class UnprocessableRequest(ClientError):
+    http_status = 422
+    code = "invalid_value"
+
+
+class ModelNotFound(ClientError):
+    http_status = 404
+    code = "model_not_found"
+
+
+class NotFound(ClientError):
+    http_status = 404
+    code = "not_found"
+
+
+class MethodNotAllowed(ClientError):
+    http_status = 405
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(ClientError):
+    http_status = 413
+    code = "payload_too_large"
+
+
+class HeadersTooLarge(ClientError):
+    http_status = 431
+    code = "headers_too_large"
+
+
+class ContextTooLong(ClientError):
+    http_status = 400
+    code = "context_length_exceeded"
+
+
+class Overloaded(SitsError):
+    """No capacity now; the client should retry later (Retry-After)."""
+
+    http_status = 503
+    code = "overloaded"
+    error_type = "overloaded_error"
+    retryable = True
+
+
+class UpstreamError(SitsError):
+    """The model server failed us."""
+
+    http_status = 502
+    code = "upstream_error"
+    error_type = "upstream_error"
+    retryable = True
+
+
+class UpstreamConnectError(UpstreamError):
+    code = "upstream_connect_error"
+
+
+class UpstreamTimeout(UpstreamError):
+    http_status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered with a status we do not relay as-is."""
+
+    code = "upstream_bad_status"
+
+    def __init__(self, message: str, *, upstream_status: int, body: bytes = b"") -> None:
+        super().__init__(message)
+        self.upstream_status = upstream_status
+        self.body = body
+        self.retryable = upstream_status == 429 or upstream_status >= 500
+
+
+class UpstreamProtocolError(UpstreamError):
+    code = "upstream_protocol_error"
+
+
+class ConfigError(SitsError):
+    """Configuration is invalid; raised at startup with the path of the offending key."""
+
+    code = "config_error"

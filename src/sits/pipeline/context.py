@@ -1,0 +1,21 @@
+"""What one request is, as the pipeline sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRequest:
+    """Frozen description of a request; built once at the HTTP edge.
+
+    `api` is the upstream path below the endpoint's base URL, e.g. "/chat/completions".
+    """
+
+    api: str
+    model: str
+    stream: bool
+    request_id: str
+    prompt_text: str = ""
+    priority: str = "P1"
+    tenant: str | None = None

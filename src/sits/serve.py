@@ -1,0 +1,90 @@
+"""Process lifecycle for `sits serve`: one gateway per process, N processes on one port."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+import socket
+
+import uvloop
+
+from sits.app import Gateway
+from sits.control.config import EndpointConfig, GatewayConfig, ModelConfig
+from sits.settings import Settings
+
+log = logging.getLogger("sits")
+
+
+def run(settings: Settings, config: GatewayConfig) -> None:
+    if settings.workers <= 1:
+        uvloop.run(_serve_one(settings, config, reuse_port=False))
+    else:
+        uvloop.run(_serve_many(settings, config))
+
+
+async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool) -> None:
+    gateway = Gateway(settings, config)
+    sock = _reuse_port_socket(gateway.host, gateway.port) if reuse_port else None
+    await gateway.start(sock)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"sits ready on http://{gateway.host}:{gateway.bound_port}", flush=True)
+    await stop.wait()
+    log.info("shutting down: draining in-flight requests")
+    await gateway.stop()
+
+
+async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
+    """Local model workers are started once, here; the N gateway processes share them as endpoints."""
+    from sits.backends.local.model_files import LocalModelSpec
+    from sits.backends.local.supervisor import LocalWorkerPool
+
+    local = LocalWorkerPool()
+    specs = [
+        LocalModelSpec(m.name, m.tier or "base", m.local.gguf, m.local.prompt_format, m.local.n_ctx, m.local.threads)
+        for m in config.models if m.local is not None
+    ]
+    urls = await local.start(specs, settings.data_dir) if specs else {}
+    shared = config.model_copy(update={"models": [
+        ModelConfig(name=m.name, tier=m.tier, description=m.description, aliases=m.aliases,
+                    endpoints=[EndpointConfig(url=urls[m.name], upstream_model=m.name)])
+        if m.local is not None else m
+        for m in config.models
+    ]})
+    ctx = multiprocessing.get_context("spawn")
+    children = [ctx.Process(target=_child, args=(settings, shared), daemon=False) for _ in range(settings.workers)]
+    for child in children:
+        child.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    for child in children:
+        if child.pid is not None and child.is_alive():
+            child.terminate()  # SIGTERM: each child drains on its own
+    for child in children:
+        await asyncio.to_thread(child.join, _drain_bound(shared))
+    await local.stop()
+
+
+def _drain_bound(config: GatewayConfig) -> float:
+    return config.server.drain_timeout_s + 5.0
+
+
+def _child(settings: Settings, config: GatewayConfig) -> None:
+    uvloop.run(_serve_one(settings, config, reuse_port=True))
+
+
+def _reuse_port_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock

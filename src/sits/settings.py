@@ -1,0 +1,48 @@
+"""Process settings, read from the environment here and nowhere else."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sits.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str | None = None
+    port: int | None = None
+    config_path: Path | None = None
+    workers: int = 1
+    log_level: str = "info"
+    data_dir: Path = Path.home() / ".local" / "share" / "sits"
+    # The environment, for secrets named in config (api_key_env); never logged.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        def integer(name: str) -> int | None:
+            value = environ.get(name)
+            if value in (None, ""):
+                return None
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"environment variable {name} must be an integer, got {value!r}") from None
+
+        config = environ.get("SITS_CONFIG")
+        data_dir = environ.get("SITS_DATA_DIR")
+        return cls(
+            host=environ.get("SITS_HOST") or None,
+            port=integer("SITS_PORT"),
+            config_path=Path(config) if config else None,
+            workers=integer("SITS_WORKERS") or 1,
+            log_level=environ.get("SITS_LOG_LEVEL", "info"),
+            data_dir=Path(data_dir) if data_dir else cls.data_dir,
+            secrets=dict(environ),
+        )
+
+    def with_overrides(self, **changes: object) -> Settings:
+        """Command-line flags win over the environment; None means 'not given'."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]

@@ -1,0 +1,70 @@
+"""The immutable routing table the data plane reads.
+
+The control plane builds a new table and swaps it in whole; a request keeps
+the table it started with, so a change never half-applies to a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointTimeouts:
+    connect_s: float = 5.0
+    first_byte_s: float = 120.0
+    total_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One serving endpoint of a model: an OpenAI-compatible base URL."""
+
+    id: str
+    model: str
+    upstream_model: str
+    scheme: str
+    host: str
+    port: int
+    base_path: str  # e.g. "/v1", no trailing slash
+    weight: float = 1.0
+    timeouts: EndpointTimeouts = EndpointTimeouts()
+    api_key: str | None = field(default=None, repr=False)  # resolved from the env var named in config
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.base_path}"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    name: str
+    endpoints: tuple[Endpoint, ...]
+    tier: str | None = None
+    owned_by: str = "sits"
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingTable:
+    models: Mapping[str, ModelEntry]
+    aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    version: int = 1
+
+    def resolve(self, name: str) -> ModelEntry | None:
+        """A model by its name or one of its aliases."""
+        entry = self.models.get(name)
+        if entry is None:
+            target = self.aliases.get(name)
+            if target is not None:
+                entry = self.models.get(target)
+        return entry
+
+    def names(self) -> list[str]:
+        """Every name a client may ask for: models, then aliases."""
+        return [*self.models, *self.aliases]
+
+    def models_in_tier(self, tier: str) -> list[ModelEntry]:
+        return [m for m in self.models.values() if m.tier == tier]

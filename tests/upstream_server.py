@@ -1,0 +1,126 @@
+"""An OpenAI-compatible upstream for tests of the gateway's own behaviour (faults, timing).
+
+Not a stand-in for a model: it returns canned completions and can misbehave on command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import orjson
+from aiohttp import web
+
+
+@dataclass
+class UpstreamLog:
+    requests: list[dict] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    cancelled: int = 0
+    completed_streams: int = 0
+
+
+class FakeUpstream:
+    """Modes (set `mode` at any time): ok, error500, slow_first_byte, cut_stream, hang."""
+
+    def __init__(self, name: str = "upstream", stream_chunks: int = 5, chunk_delay: float = 0.0) -> None:
+        self.name = name
+        self.mode = "ok"
+        self.stream_chunks = stream_chunks
+        self.chunk_delay = chunk_delay
+        self.log = UpstreamLog()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _record(self, request: web.Request) -> dict:
+        body = orjson.loads(await request.read())
+        self.log.requests.append(body)
+        self.log.headers.append(dict(request.headers))
+        return body
+
+    async def _misbehave(self) -> web.Response | None:
+        if self.mode == "error500":
+            return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=500)
+        if self.mode == "slow_first_byte":
+            await asyncio.sleep(5)
+        if self.mode == "hang":
+            await asyncio.sleep(3600)
+        return None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        if (bad := await self._misbehave()) is not None:
+            return bad
+        content = f"hello from {self.name}"
+        if body.get("stream"):
+            return await self._stream(request, body)
+        return web.json_response({
+            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+        })
+
+    async def _stream(self, request: web.Request, body: dict) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for i in range(self.stream_chunks):
+                if self.mode == "cut_stream" and i == self.stream_chunks // 2:
+                    request.transport.close()  # type: ignore[union-attr]
+                    return response
+                chunk = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                         "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}]}
+                await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                if self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                         "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": self.stream_chunks,
+                                                  "total_tokens": 5 + self.stream_chunks}}
+                await response.write(b"data: " + orjson.dumps(usage) + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            self.log.completed_streams += 1
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.log.cancelled += 1
+            raise
+        return response
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        if (bad := await self._misbehave()) is not None:
+            return bad
+        return web.json_response({
+            "id": "cmpl-test", "object": "text_completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "text": f"completion from {self.name}", "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+        })
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        return web.json_response({
+            "object": "list", "model": body["model"],
+            "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i in range(len(inputs))],
+            "usage": {"prompt_tokens": 2, "total_tokens": 2},
+        })
