@@ -32,6 +32,7 @@ class FakeUpstream:
         self.log = UpstreamLog()
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self._released = asyncio.Event()
 
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -45,6 +46,7 @@ class FakeUpstream:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
+        self._released.set()  # let hanging handlers finish so shutdown is prompt
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -55,16 +57,17 @@ class FakeUpstream:
     async def _record(self, request: web.Request) -> dict:
         body = orjson.loads(await request.read())
         self.log.requests.append(body)
-        self.log.headers.append(dict(request.headers))
+        self.log.headers.append({k.lower(): v for k, v in request.headers.items()})
         return body
 
     async def _misbehave(self) -> web.Response | None:
         if self.mode == "error500":
             return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=500)
-        if self.mode == "slow_first_byte":
-            await asyncio.sleep(5)
-        if self.mode == "hang":
-            await asyncio.sleep(3600)
+        if self.mode in ("slow_first_byte", "hang"):
+            try:
+                await asyncio.wait_for(self._released.wait(), 5 if self.mode == "slow_first_byte" else 3600)
+            except TimeoutError:
+                pass
         return None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:

@@ -13,6 +13,7 @@ import uvloop
 from sits.app import Gateway
 from sits.control.config import EndpointConfig, GatewayConfig, ModelConfig
 from sits.settings import Settings
+from sits.telemetry.logging_setup import configure_logging
 
 log = logging.getLogger("sits")
 
@@ -40,15 +41,18 @@ async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool
 
 async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
     """Local model workers are started once, here; the N gateway processes share them as endpoints."""
-    from sits.backends.local.model_files import LocalModelSpec
-    from sits.backends.local.supervisor import LocalWorkerPool
+    local = None
+    urls: dict[str, str] = {}
+    if any(m.local is not None for m in config.models):
+        from sits.backends.local.model_files import LocalModelSpec
+        from sits.backends.local.supervisor import LocalWorkerPool
 
-    local = LocalWorkerPool()
-    specs = [
-        LocalModelSpec(m.name, m.tier or "base", m.local.gguf, m.local.prompt_format, m.local.n_ctx, m.local.threads)
-        for m in config.models if m.local is not None
-    ]
-    urls = await local.start(specs, settings.data_dir) if specs else {}
+        local = LocalWorkerPool()
+        urls = dict(await local.start([
+            LocalModelSpec(m.name, m.tier or "base", m.local.gguf, m.local.prompt_format, m.local.n_ctx,
+                           m.local.threads)
+            for m in config.models if m.local is not None
+        ], settings.data_dir))
     shared = config.model_copy(update={"models": [
         ModelConfig(name=m.name, tier=m.tier, description=m.description, aliases=m.aliases,
                     endpoints=[EndpointConfig(url=urls[m.name], upstream_model=m.name)])
@@ -69,7 +73,8 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
             child.terminate()  # SIGTERM: each child drains on its own
     for child in children:
         await asyncio.to_thread(child.join, _drain_bound(shared))
-    await local.stop()
+    if local is not None:
+        await local.stop()
 
 
 def _drain_bound(config: GatewayConfig) -> float:
@@ -77,6 +82,7 @@ def _drain_bound(config: GatewayConfig) -> float:
 
 
 def _child(settings: Settings, config: GatewayConfig) -> None:
+    configure_logging(settings.log_level)
     uvloop.run(_serve_one(settings, config, reuse_port=True))
 
 

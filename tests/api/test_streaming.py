@@ -1,0 +1,77 @@
+"""Streaming relay: disconnects cancel upstream work; broken streams end with an error event, never [DONE]."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import orjson
+
+from tests.conftest import base_url, one_model_config
+
+STREAM_BODY = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+async def read_events(response: aiohttp.ClientResponse) -> list[bytes]:
+    events = []
+    async for line in response.content:
+        if line.startswith(b"data: "):
+            events.append(line[6:].strip())
+    return events
+
+
+async def test_client_disconnect_mid_stream_cancels_upstream(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 50, 0.05
+    gateway = await start_gateway(one_model_config(upstream.url))
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(base_url(gateway) + "/v1/chat/completions", json=STREAM_BODY)
+        await response.content.readline()  # the first event arrived: the stream is live
+        response.close()  # the client goes away mid-stream
+    for _ in range(100):
+        if upstream.log.cancelled:
+            break
+        await asyncio.sleep(0.05)
+    assert upstream.log.cancelled == 1
+    assert upstream.log.completed_streams == 0
+
+
+async def test_stream_cut_by_upstream_ends_with_error_event_and_no_done(upstream, start_gateway):
+    upstream.stream_chunks, upstream.mode = 6, "cut_stream"
+    gateway = await start_gateway(one_model_config(upstream.url))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(base_url(gateway) + "/v1/chat/completions", json=STREAM_BODY) as response:
+            events = await read_events(response)
+    assert b"[DONE]" not in events
+    error = orjson.loads(events[-1])["error"]
+    assert error["code"] == "upstream_protocol_error"
+    assert len(events) == 4  # three content chunks relayed, then the error
+
+
+async def test_stream_error_before_first_byte_is_a_plain_http_error(upstream, start_gateway):
+    upstream.mode = "error500"
+    gateway = await start_gateway(one_model_config(upstream.url))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(base_url(gateway) + "/v1/chat/completions", json=STREAM_BODY) as response:
+            assert response.status == 502
+            assert (await response.json())["error"]["code"] == "upstream_bad_status"
+
+
+async def test_health_and_readiness(upstream, start_gateway):
+    gateway = await start_gateway(one_model_config(upstream.url))
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base_url(gateway) + "/healthz") as response:
+            assert response.status == 200
+        async with session.get(base_url(gateway) + "/readyz") as response:
+            assert response.status == 200 and (await response.json())["status"] == "ready"
+
+
+async def test_shutdown_drains_in_flight_stream(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 10, 0.05
+    gateway = await start_gateway(one_model_config(upstream.url))
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(base_url(gateway) + "/v1/chat/completions", json=STREAM_BODY)
+        stopping = asyncio.create_task(gateway.stop())
+        events = await read_events(response)
+        await stopping
+    assert events[-1] == b"[DONE]"
+    assert gateway.readiness() == (False, "draining")

@@ -1,0 +1,61 @@
+"""Shared fixtures: real upstream HTTP servers and real gateways on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import openai
+import pytest
+
+from sits.app import Gateway
+from sits.control.config import parse_config
+from sits.settings import Settings
+from tests.upstream_server import FakeUpstream
+
+GatewayFactory = Callable[..., Awaitable[Gateway]]
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    server = FakeUpstream("upstream-a")
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def upstream_b() -> AsyncIterator[FakeUpstream]:
+    server = FakeUpstream("upstream-b")
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def start_gateway() -> AsyncIterator[GatewayFactory]:
+    """Start gateways from a config dict on a free loopback port; all are stopped at the end."""
+    started: list[Gateway] = []
+
+    async def start(raw_config: dict[str, Any], secrets: dict[str, str] | None = None) -> Gateway:
+        settings = Settings(host="127.0.0.1", port=0, secrets=secrets or {})
+        gateway = Gateway(settings, parse_config(raw_config), rng_seed=7)
+        await gateway.start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        await gateway.stop()
+
+
+def one_model_config(url: str, name: str = "m1", **server: Any) -> dict[str, Any]:
+    return {"server": {"drain_timeout_s": 2, **server}, "models": [{"name": name, "endpoints": [{"url": url}]}]}
+
+
+def base_url(gateway: Gateway) -> str:
+    return f"http://127.0.0.1:{gateway.bound_port}"
+
+
+def sdk(gateway: Gateway, **kwargs: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=base_url(gateway) + "/v1", api_key="client-key", max_retries=0, **kwargs)

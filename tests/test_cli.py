@@ -1,0 +1,74 @@
+"""The `sits` command as a user runs it: a real process on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from sits import __version__
+
+SITS = [sys.executable, "-m", "sits"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_ready(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"gateway on {port} not ready")
+
+
+def test_version():
+    out = subprocess.run([*SITS, "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"sits {__version__}"
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path: Path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("models:\n  - name: a\n    endpoints:\n      - url: http://127.0.0.1:1/v1\n        wieght: 2\n")
+    out = subprocess.run([*SITS, "serve", "--config", str(config)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert "models[0].endpoints[0].wieght: unknown key" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, workers):
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SITS, "serve", "--backend", f"m1={upstream.url}", "--port", str(port), "--workers", str(workers)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SITS_LOG_LEVEL": "warning"},
+    )
+    try:
+        await wait_ready(port)
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+            for _ in range(4):
+                async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as response:
+                    assert response.status == 200
+                    assert response.headers["x-sits-model"] == "m1"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(proc.wait, 30)
+    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
