@@ -72,3 +72,13 @@ async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, worke
         proc.send_signal(signal.SIGTERM)
         returncode = await asyncio.to_thread(proc.wait, 30)
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+def test_missing_weights_package_names_the_pip_command(tmp_path: Path):
+    config = tmp_path / "local.yaml"
+    config.write_text("models:\n  - name: ghost\n    tier: tiny\n    local:\n      gguf: package:sits-no-such-weights\n")
+    out = subprocess.run([*SITS, "serve", "--config", str(config), "--port", str(free_port())],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "SITS_DATA_DIR": str(tmp_path)})
+    assert out.returncode == 2
+    assert "pip install sits-no-such-weights" in out.stderr
+    assert "Traceback" not in out.stderr

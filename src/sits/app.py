@@ -11,7 +11,6 @@ import random
 import socket
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from sits.api.dispatch import Dispatcher
 from sits.api.error_responses import render_error
@@ -19,17 +18,16 @@ from sits.api.health_routes import HealthRoutes
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
 from sits.api.openai_routes import OpenAIRoutes
 from sits.backends.http_client import ConnectionPool
+from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
 from sits.control.config import GatewayConfig
+from sits.control.local_models import local_model_specs
 from sits.control.table_builder import build_routing_table
 from sits.pipeline.director import Director
 from sits.scheduling.registry import builtin_plugins, default_profile
 from sits.settings import Settings
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import RoutingTable
-
-if TYPE_CHECKING:
-    from sits.backends.local.supervisor import LocalWorkerPool
 
 log = logging.getLogger("sits")
 
@@ -129,17 +127,8 @@ class Gateway:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def _start_local_models(self) -> Mapping[str, str]:
-        local_models = [m for m in self.config.models if m.local is not None]
-        if not local_models:
+        specs = local_model_specs(self.config)
+        if not specs:
             return {}
-        # The local-model machinery loads only when a local model is configured.
-        from sits.backends.local.model_files import LocalModelSpec
-        from sits.backends.local.supervisor import LocalWorkerPool
-
-        specs = [
-            LocalModelSpec(m.name, m.tier or "base", m.local.gguf, m.local.prompt_format, m.local.n_ctx,
-                           m.local.threads)
-            for m in local_models if m.local is not None
-        ]
         self._local = LocalWorkerPool()
         return await self._local.start(specs, self.settings.data_dir)

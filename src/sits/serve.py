@@ -11,7 +11,9 @@ import socket
 import uvloop
 
 from sits.app import Gateway
+from sits.backends.local.supervisor import LocalWorkerPool
 from sits.control.config import EndpointConfig, GatewayConfig, ModelConfig
+from sits.control.local_models import local_model_specs
 from sits.settings import Settings
 from sits.telemetry.logging_setup import configure_logging
 
@@ -41,18 +43,9 @@ async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool
 
 async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
     """Local model workers are started once, here; the N gateway processes share them as endpoints."""
-    local = None
-    urls: dict[str, str] = {}
-    if any(m.local is not None for m in config.models):
-        from sits.backends.local.model_files import LocalModelSpec
-        from sits.backends.local.supervisor import LocalWorkerPool
-
-        local = LocalWorkerPool()
-        urls = dict(await local.start([
-            LocalModelSpec(m.name, m.tier or "base", m.local.gguf, m.local.prompt_format, m.local.n_ctx,
-                           m.local.threads)
-            for m in config.models if m.local is not None
-        ], settings.data_dir))
+    specs = local_model_specs(config)
+    local = LocalWorkerPool() if specs else None
+    urls = dict(await local.start(specs, settings.data_dir)) if local is not None else {}
     shared = config.model_copy(update={"models": [
         ModelConfig(name=m.name, tier=m.tier, description=m.description, aliases=m.aliases,
                     endpoints=[EndpointConfig(url=urls[m.name], upstream_model=m.name)])

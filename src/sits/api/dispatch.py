@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 import orjson
 
 from sits.api.error_responses import render_error
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
-from sits.api.openai_routes import request_id_of
 from sits.errors import MethodNotAllowed, NotFound, SitsError
 
 log = logging.getLogger("sits.api")
+
+_MAX_REQUEST_ID = 128
 
 Route = Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]
 
@@ -23,9 +26,19 @@ class Dispatcher:
     def __init__(self, routes: dict[tuple[str, str], Route]) -> None:
         self._routes = routes
         self._paths = {path for _, path in routes}
+        # Request ids: a random per-gateway prefix plus a counter; unique without a syscall per request.
+        self._id_prefix = os.urandom(6).hex()
+        self._id_counter = itertools.count(1)
+
+    def request_id_of(self, request: HttpRequest) -> str:
+        """The client's x-request-id if it is safe to echo and forward, else a fresh one."""
+        given = request.headers.get("x-request-id")
+        if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
+            return given
+        return f"{self._id_prefix}-{next(self._id_counter):x}"
 
     async def __call__(self, request: HttpRequest) -> HttpResponse | StreamingResponse:
-        request_id = request_id_of(request)
+        request_id = self.request_id_of(request)
         path = request.path.rstrip("/") or "/"
         route = self._routes.get((request.method, path))
         try:

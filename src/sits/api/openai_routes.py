@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,16 +18,7 @@ from sits.state.routing_table import RoutingTable
 
 log = logging.getLogger("sits.api")
 
-_MAX_REQUEST_ID = 128
 _SEEN_UNKNOWN_LIMIT = 256
-
-
-def request_id_of(request: HttpRequest) -> str:
-    """The client's x-request-id if it is safe to echo and forward, else a fresh one."""
-    given = request.headers.get("x-request-id")
-    if given and len(given) <= _MAX_REQUEST_ID and given.isprintable() and given.isascii():
-        return given
-    return secrets.token_hex(12)
 
 
 class OpenAIRoutes:

@@ -1,0 +1,14 @@
+"""Config's local models as the specs the local worker pool runs."""
+
+from __future__ import annotations
+
+from sits.backends.local.model_files import LocalModelSpec
+from sits.control.config import GatewayConfig
+
+
+def local_model_specs(config: GatewayConfig) -> list[LocalModelSpec]:
+    return [
+        LocalModelSpec(m.name, m.tier or "base", m.local.gguf, m.local.prompt_format, m.local.n_ctx, m.local.threads)
+        for m in config.models
+        if m.local is not None
+    ]
