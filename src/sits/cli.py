@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sits import __version__
 from sits.control.config import GatewayConfig, load_config
-from sits.control.embedded_default import config_from_backends, embedded_default_config
+from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
 from sits.settings import Settings
 from sits.telemetry.logging_setup import configure_logging
@@ -66,7 +66,7 @@ def _gateway_config(settings: Settings, backends: list[str]) -> GatewayConfig:
     if backends:
         return config_from_backends(backends)
     if settings.config_path:
-        return load_config(settings.config_path)
+        return with_embedded_models(load_config(settings.config_path))
     return embedded_default_config()
 
 

@@ -75,3 +75,15 @@ async def test_shutdown_drains_in_flight_stream(upstream, start_gateway):
         await stopping
     assert events[-1] == b"[DONE]"
     assert gateway.readiness() == (False, "draining")
+
+
+async def test_total_timeout_mid_stream_ends_with_timeout_event(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 20, 0.1
+    config = {"models": [{"name": "m1", "endpoints": [{"url": upstream.url, "timeouts": {"total_s": 0.5}}]}]}
+    gateway = await start_gateway(config)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(base_url(gateway) + "/v1/chat/completions", json=STREAM_BODY) as response:
+            events = await read_events(response)
+    assert b"[DONE]" not in events
+    assert orjson.loads(events[-1])["error"]["code"] == "upstream_timeout"
+    assert 2 <= len(events) - 1 < 20

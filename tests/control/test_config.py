@@ -84,3 +84,16 @@ def test_embedded_default_has_two_local_tiers():
     assert [(m.name, m.tier, m.local is not None) for m in config.models] == [
         ("smollm2-135m", "tiny", True), ("gemma3-270m", "base", True)]
     assert config.server.host == "127.0.0.1"
+
+
+def test_include_embedded_models_adds_them_next_to_remote_ones():
+    from sits.control.embedded_default import with_embedded_models
+
+    raw = {"include_embedded_models": True, "models": [
+        {"name": "remote", "endpoints": [{"url": "http://127.0.0.1:1/v1"}]},
+        {"name": "gemma3-270m", "tier": "heavy", "local": {"gguf": "/models/other.gguf"}}]}
+    merged = with_embedded_models(parse_config(raw))
+    assert [(m.name, m.tier) for m in merged.models] == [("remote", None), ("gemma3-270m", "heavy"),
+                                                         ("smollm2-135m", "tiny")]
+    plain = parse_config({"models": raw["models"]})
+    assert with_embedded_models(plain) is plain

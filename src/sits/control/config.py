@@ -84,6 +84,8 @@ class ServerConfig(_Strict):
 
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
+    # true: the embedded local models are served too, next to `models` (a model of the same name wins)
+    include_embedded_models: bool = False
     models: list[ModelConfig] = []
     aliases: dict[str, str] = {}
 

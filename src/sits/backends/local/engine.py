@@ -1,0 +1,228 @@
+"""One llama.cpp model behind an async, one-generation-at-a-time interface.
+
+llama.cpp calls block, so every call runs on the engine's single thread; the
+event loop only moves finished tokens. The single thread is also the lock that
+keeps two generations off one llama context, and an asyncio.Lock in front of it
+makes waiting requests queue in arrival order without occupying that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sits.backends.local.model_files import PromptFormat
+from sits.backends.local.plain_prompt import TRANSCRIPT_STOPS, render_transcript
+from sits.backends.local.protocol import ChatMessage, GenerationJob
+from sits.errors import ContextTooLong, SitsError
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationEnd:
+    """Last event of a generation. Token counts of a streamed generation may be
+    off by one when it stopped on a stop sequence (llama.cpp does not report them)."""
+
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+GenerationEvent = TextDelta | GenerationEnd
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    error: BaseException
+
+
+_DONE = object()
+
+
+class LlamaEngine:
+    """Owns one GGUF model; `generate` streams one job's events, one job at a time."""
+
+    def __init__(
+        self, model_path: Path, *, prompt_format: PromptFormat, n_ctx: int, n_threads: int
+    ) -> None:
+        self._model_path = model_path
+        self._prompt_format = prompt_format
+        self._n_ctx = n_ctx
+        self._n_threads = n_threads
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._turn = asyncio.Lock()
+        self._llama: Llama | None = None
+        self._chat_formatter: Any = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._llama is not None
+
+    async def load(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._load)
+
+    async def close(self) -> None:
+        """Wait for the running generation's thread to finish, then release the model."""
+        async with self._turn:
+            self._llama = None
+        self._thread.shutdown(wait=False)
+
+    async def generate(self, job: GenerationJob) -> AsyncIterator[GenerationEvent]:
+        """Yield TextDelta events then one GenerationEnd.
+
+        Closing the iterator early (use contextlib.aclosing) stops the model
+        between tokens and returns only once the model is idle again.
+        """
+        async with self._turn:
+            loop = asyncio.get_running_loop()
+            events: asyncio.Queue[object] = asyncio.Queue()
+            stop = threading.Event()
+
+            def put(item: object) -> None:
+                loop.call_soon_threadsafe(events.put_nowait, item)
+
+            def produce() -> None:
+                try:
+                    with closing(self._events(job)) as produced:
+                        for event in produced:
+                            if stop.is_set():
+                                break
+                            put(event)
+                except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                    put(_Failed(exc))
+                finally:
+                    put(_DONE)
+
+            running = loop.run_in_executor(self._thread, produce)
+            try:
+                while (item := await events.get()) is not _DONE:
+                    if isinstance(item, _Failed):
+                        raise _translated(item.error)
+                    assert isinstance(item, (TextDelta, GenerationEnd))
+                    yield item
+            finally:
+                stop.set()
+                # the next job may only start once llama is idle again
+                await asyncio.shield(running)
+
+    # -- on the llama thread -------------------------------------------------
+
+    def _load(self) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        llama = Llama(
+            model_path=str(self._model_path),
+            n_ctx=self._n_ctx,
+            n_threads=self._n_threads,
+            n_threads_batch=self._n_threads,
+            verbose=False,
+        )
+        template = llama.metadata.get("tokenizer.chat_template")
+        if self._prompt_format == "chat-template":
+            if not template:
+                raise SitsError(
+                    f"{self._model_path.name} has no chat template; use prompt format 'plain'",
+                    code="no_chat_template",
+                )
+            # Same formatter llama.cpp applies in create_chat_completion; kept to count
+            # prompt tokens for streamed usage, which llama.cpp does not report.
+            self._chat_formatter = Jinja2ChatFormatter(
+                template=template,
+                eos_token=llama.detokenize([llama.token_eos()], special=True).decode(),
+                bos_token=llama.detokenize([llama.token_bos()], special=True).decode(),
+            )
+        self._llama = llama
+
+    def _events(self, job: GenerationJob) -> Iterator[GenerationEvent]:
+        llama = self._llama
+        if llama is None:
+            raise SitsError("model is not loaded", code="model_not_loaded", http_status=503)
+        params = job.params
+        sampling: dict[str, Any] = {
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            # llama.cpp otherwise reuses one fixed seed for every request
+            "seed": params.seed if params.seed is not None else random.randrange(2**31),
+            "stream": True,
+        }
+        if job.messages is not None and self._prompt_format == "chat-template":
+            messages = [_template_message(m) for m in job.messages]
+            prompt_tokens = self._count_chat_prompt(llama, messages)
+            self._check_context(prompt_tokens, param="messages")
+            chunks = llama.create_chat_completion(
+                messages=messages, stop=list(params.stop), **sampling
+            )
+            text_key = "delta"
+        else:
+            if job.messages is not None:
+                prompt = render_transcript(job.messages)
+                stops = [*params.stop, *TRANSCRIPT_STOPS]
+            else:
+                prompt = job.prompt or ""
+                stops = list(params.stop)
+            prompt_tokens = len(llama.tokenize(prompt.encode(), add_bos=True, special=True))
+            self._check_context(prompt_tokens, param="prompt" if job.prompt is not None else "messages")
+            chunks = llama.create_completion(prompt=prompt, stop=stops, **sampling)
+            text_key = "text"
+        finish_reason = "stop"
+        with closing(chunks):
+            for chunk in chunks:
+                choice = chunk["choices"][0]
+                piece = choice["delta"].get("content") if text_key == "delta" else choice["text"]
+                if piece:
+                    yield TextDelta(piece)
+                if choice.get("finish_reason"):
+                    finish_reason = choice["finish_reason"]
+        # llama.cpp evaluates every completion token but the last sampled one; an
+        # end-of-generation token is sampled yet never part of the completion.
+        evaluated = max(llama.n_tokens - prompt_tokens, 0)
+        completion_tokens = evaluated if finish_reason == "stop" else evaluated + 1
+        yield GenerationEnd(finish_reason, prompt_tokens, completion_tokens)
+
+    def _count_chat_prompt(self, llama: Llama, messages: list[dict[str, str]]) -> int:
+        formatted = self._chat_formatter(messages=messages)
+        tokens = llama.tokenize(
+            formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
+        )
+        return len(tokens)
+
+    def _check_context(self, prompt_tokens: int, *, param: str) -> None:
+        if prompt_tokens >= self._n_ctx:
+            raise ContextTooLong(
+                f"the prompt is {prompt_tokens} tokens; this model's context window "
+                f"is {self._n_ctx} tokens",
+                param=param,
+            )
+
+
+def _template_message(message: ChatMessage) -> dict[str, str]:
+    # chat templates know "system", not OpenAI's newer "developer"
+    role = "system" if message.role == "developer" else message.role
+    return {"role": role, "content": message.content}
+
+
+def _translated(error: BaseException) -> BaseException:
+    if isinstance(error, SitsError):
+        return error
+    if isinstance(error, ValueError) and "context window" in str(error):
+        return ContextTooLong(str(error))
+    return SitsError(f"generation failed: {type(error).__name__}: {error}")
