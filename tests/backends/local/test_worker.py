@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -177,3 +178,15 @@ async def test_client_disconnect_mid_stream_leaves_the_worker_serving(
             assert health.status == 200 and await health.json() == {"status": "ok"}
     reply = await client.chat.completions.create(model=SMOLLM2.name, messages=HELLO, max_tokens=4)
     assert reply.choices[0].message.content
+
+
+async def test_concurrent_requests_are_served_one_after_another(client: openai.AsyncOpenAI) -> None:
+    async def ask(question: str) -> str | None:
+        reply = await client.chat.completions.create(
+            model=SMOLLM2.name, messages=[{"role": "user", "content": question}], max_tokens=4, temperature=0
+        )
+        return reply.choices[0].message.content
+
+    answers = await asyncio.gather(ask("Name a color."), ask("Name a fruit."), ask("Name a color."))
+    assert all(answers)
+    assert answers[0] == answers[2]  # no cross-talk between queued generations

@@ -184,10 +184,15 @@ class LlamaEngine:
             chunks = llama.create_completion(prompt=prompt, stop=stops, **sampling)
             text_key = "text"
         finish_reason = "stop"
+        # after "Assistant:" a base model starts with a space that is no part of the answer
+        leading_space = job.messages is not None and self._prompt_format == "plain"
         with closing(chunks):
             for chunk in chunks:
                 choice = chunk["choices"][0]
                 piece = choice["delta"].get("content") if text_key == "delta" else choice["text"]
+                if piece and leading_space:
+                    piece = piece.lstrip()
+                    leading_space = not piece
                 if piece:
                     yield TextDelta(piece)
                 if choice.get("finish_reason"):
