@@ -33,12 +33,13 @@ async def upstream_b() -> AsyncIterator[FakeUpstream]:
 
 
 @pytest.fixture
-async def start_gateway() -> AsyncIterator[GatewayFactory]:
+async def start_gateway(tmp_path) -> AsyncIterator[GatewayFactory]:
     """Start gateways from a config dict on a free loopback port; all are stopped at the end."""
     started: list[Gateway] = []
 
-    async def start(raw_config: dict[str, Any], secrets: dict[str, str] | None = None) -> Gateway:
-        settings = Settings(host="127.0.0.1", port=0, secrets=secrets or {})
+    async def start(raw_config: dict[str, Any], secrets: dict[str, str] | None = None,
+                    data_dir: Any = None) -> Gateway:
+        settings = Settings(host="127.0.0.1", port=0, secrets=secrets or {}, data_dir=data_dir or tmp_path / "data")
         gateway = Gateway(settings, parse_config(raw_config), rng_seed=7)
         await gateway.start()
         started.append(gateway)

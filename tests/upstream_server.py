@@ -19,6 +19,7 @@ class UpstreamLog:
     headers: list[dict[str, str]] = field(default_factory=list)
     cancelled: int = 0
     completed_streams: int = 0
+    health_probes: int = 0
 
 
 class FakeUpstream:
@@ -34,14 +35,16 @@ class FakeUpstream:
         self.port = 0
         self._released = asyncio.Event()
 
-    async def start(self) -> None:
+    async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port, reuse_address=True)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -49,10 +52,20 @@ class FakeUpstream:
         self._released.set()  # let hanging handlers finish so shutdown is prompt
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
+        self._released = asyncio.Event()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _health(self, request: web.Request) -> web.Response:
+        self.log.health_probes += 1
+        return web.json_response({"status": "ok"}, status=503 if self.mode == "unhealthy" else 200)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "served-a", "object": "model"},
+                                                             {"id": "served-b", "object": "model"}]})
 
     async def _record(self, request: web.Request) -> dict:
         body = orjson.loads(await request.read())

@@ -6,33 +6,48 @@ Nothing else constructs long-lived objects; two Gateways in one process share no
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import ipaddress
 import logging
 import random
 import socket
 import time
 from collections.abc import Mapping
 
+from sits.api.auth import AdminGuard, DataPlaneKeys
+from sits.api.control_routes import PREFIX as CONTROL_PREFIX
+from sits.api.control_routes import ControlRoutes
 from sits.api.dispatch import Dispatcher
 from sits.api.error_responses import render_error
 from sits.api.health_routes import HealthRoutes
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
+from sits.api.http_types import HttpRequest
 from sits.api.openai_routes import OpenAIRoutes
+from sits.backends.address_policy import AddressPolicy
 from sits.backends.http_client import ConnectionPool
 from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
 from sits.control.config import GatewayConfig
+from sits.control.discovery import discover_models
+from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.local_models import local_model_specs
-from sits.control.table_builder import build_routing_table
+from sits.control.registry import Registry
+from sits.control.registry_records import records_from_config
 from sits.pipeline.director import Director
-from sits.scheduling.registry import builtin_plugins, default_profile
+from sits.scheduling.metrics import SchedulingMetrics
+from sits.scheduling.policy import DEFAULT_POLICY, build_scheduler
 from sits.settings import Settings
+from sits.state.endpoint_health import HealthBoard, HealthPolicy
 from sits.state.endpoint_stats import StatsStore
+from sits.state.registry_store import RegistryStore
 from sits.state.routing_table import RoutingTable
 
 log = logging.getLogger("sits")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
 
 
 class Gateway:
@@ -41,37 +56,73 @@ class Gateway:
         self.config = config
         self._table: RoutingTable | None = None
         self._draining = False
-        self._pool = ConnectionPool()
+        self._clock = time.monotonic
+        control = config.control
+        self._policy = AddressPolicy(
+            allow_loopback=control.allow_loopback,
+            allowed_private=tuple(ipaddress.ip_network(c, strict=False) for c in control.allowed_private_cidrs),
+        )
+        self._pool = ConnectionPool()  # endpoints the operator configured
+        self._guarded_pool = ConnectionPool(address_policy=self._policy)  # endpoints registered at runtime
         self._stats = StatsStore()
+        self._health = HealthBoard(HealthPolicy(healthy_threshold=control.health.healthy_threshold,
+                                                unhealthy_threshold=control.health.unhealthy_threshold))
         self._local: LocalWorkerPool | None = None
         self._tracker = ConnectionTracker()
         self._server: asyncio.Server | None = None
+        self._prober_task: asyncio.Task[None] | None = None
         self._limits = ServerLimits(
             max_body_bytes=config.server.max_body_bytes,
             max_header_bytes=config.server.max_header_bytes,
             keep_alive_timeout_s=config.server.keep_alive_timeout_s,
         )
-        backend = OpenAIUpstream(self._pool)
+        backend = OpenAIUpstream(self._pool, self._guarded_pool)
+        self.registry = Registry(
+            RegistryStore(settings.data_dir / "registry.sqlite3"), settings.secrets, self._policy, self._health,
+            publish=self._set_table,
+        )
+        self._prober = HealthProber(self.routing_table, backend, self._health, self._stats,
+                                    ProbeSettings(control.health.interval_s, control.health.timeout_s), self._clock)
+        # TODO(lead): DEFAULT_POLICY -> config.routing once GatewayConfig has the `routing:` section
+        self.scheduling_metrics = SchedulingMetrics(time.perf_counter_ns)
+        self._scheduler = build_scheduler(DEFAULT_POLICY, metrics=self.scheduling_metrics)
         director = Director(
-            self.routing_table, default_profile(builtin_plugins()), backend, self._stats,
-            time.monotonic, random.Random(rng_seed),
+            self.routing_table, self._scheduler, backend, self._stats, self._health,
+            self._clock, random.Random(rng_seed),
         )
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()))
         health = HealthRoutes(self.readiness)
-        self.handler = Dispatcher({
-            ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
-            ("POST", "/v1/completions"): openai_routes.completions,
-            ("POST", "/v1/embeddings"): openai_routes.embeddings,
-            ("GET", "/v1/models"): openai_routes.list_models,
-            ("GET", "/healthz"): health.healthz,
-            ("GET", "/readyz"): health.readyz,
-        })
+        control_routes = ControlRoutes(
+            self.registry, AdminGuard(settings.secrets.get(control.admin_key_env)), self._health, self._stats,
+            self._clock, functools.partial(discover_models, pool=self._guarded_pool, policy=self._policy),
+            on_change=self._prober.poke,  # probe new endpoints now, not at the next tick
+        )
+        keys_env = config.server.api_keys_env
+        self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
+        self.handler = Dispatcher(
+            {
+                ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
+                ("POST", "/v1/completions"): openai_routes.completions,
+                ("POST", "/v1/embeddings"): openai_routes.embeddings,
+                ("GET", "/v1/models"): openai_routes.list_models,
+                ("POST", "/v1/models/register"): control_routes.register,
+                ("POST", "/v1/models/discover"): control_routes.discover,
+                ("GET", "/v1/registry"): control_routes.list_registry,
+                ("GET", "/healthz"): health.healthz,
+                ("GET", "/readyz"): health.readyz,
+            },
+            prefix_routes={CONTROL_PREFIX: control_routes.model_resource},
+            before=self._authenticate if self._client_keys.enabled else None,
+        )
 
     # -- state the layers read ------------------------------------------------
 
     def routing_table(self) -> RoutingTable:
         assert self._table is not None, "gateway not started"
         return self._table
+
+    def _set_table(self, table: RoutingTable) -> None:
+        self._table = table  # one reference swap: each request keeps the table it started with
 
     def readiness(self) -> tuple[bool, str]:
         if self._draining:
@@ -80,12 +131,17 @@ class Gateway:
             return False, "starting"
         return True, f"{len(self._table.models)} models"
 
+    def _authenticate(self, request: HttpRequest, path: str) -> None:
+        if path in DATA_PLANE_PATHS:
+            self._client_keys.check(request)
+
     # -- lifecycle -------------------------------------------------------------
 
     async def start(self, sock: socket.socket | None = None) -> None:
-        """Start local model workers, build the routing table, then accept connections."""
+        """Start local model workers, load the registry, start health probes, then accept connections."""
         local_urls = await self._start_local_models()
-        self._table = build_routing_table(self.config, self.settings.secrets, local_urls)
+        await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
+        self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
         loop = asyncio.get_running_loop()
 
         def protocol() -> HttpServerProtocol:
@@ -95,10 +151,11 @@ class Gateway:
             self._server = await loop.create_server(protocol, sock=sock, backlog=2048)
         else:
             self._server = await loop.create_server(protocol, self.host, self.port, backlog=2048, reuse_address=True)
-        log.info("sits listening on %s:%d with models %s", self.host, self.bound_port, ", ".join(self._table.names()))
+        log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
+                 ", ".join(self.routing_table().names()))
 
     async def stop(self) -> None:
-        """Report not ready, stop accepting, drain in-flight requests (bounded), close clients."""
+        """Report not ready, stop accepting, drain in-flight requests (bounded), stop runnables, close clients."""
         self._draining = True
         if self._server is not None:
             self._server.close()
@@ -107,6 +164,11 @@ class Gateway:
         while self._tracker.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         self._tracker.close_all()
+        if self._prober_task is not None:
+            self._prober_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober_task
+        await self._guarded_pool.close()
         await self._pool.close()
         if self._local is not None:
             await self._local.stop()

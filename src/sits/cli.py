@@ -11,6 +11,7 @@ from sits import __version__
 from sits.control.config import GatewayConfig, load_config
 from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
+from sits.models_cli import add_models_commands
 from sits.settings import Settings
 from sits.telemetry.logging_setup import configure_logging
 
@@ -49,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--model", default="auto")
     chat.add_argument("--max-tokens", type=int, default=128)
     chat.set_defaults(run=_chat)
+
+    add_models_commands(sub)
     return parser
 
 

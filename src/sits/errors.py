@@ -63,6 +63,30 @@ class MethodNotAllowed(ClientError):
     code = "method_not_allowed"
 
 
+class Unauthorized(ClientError):
+    http_status = 401
+    code = "invalid_api_key"
+    error_type = "authentication_error"
+
+
+class Forbidden(ClientError):
+    http_status = 403
+    code = "forbidden"
+    error_type = "permission_error"
+
+
+class Conflict(ClientError):
+    http_status = 409
+    code = "conflict"
+
+
+class PreconditionFailed(ClientError):
+    """If-Match named a registry version that is no longer current."""
+
+    http_status = 412
+    code = "registry_version_mismatch"
+
+
 class PayloadTooLarge(ClientError):
     http_status = 413
     code = "payload_too_large"

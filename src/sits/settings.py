@@ -8,6 +8,8 @@ from pathlib import Path
 
 from sits.errors import ConfigError
 
+DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "sits"
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -16,7 +18,7 @@ class Settings:
     config_path: Path | None = None
     workers: int = 1
     log_level: str = "info"
-    data_dir: Path = Path.home() / ".local" / "share" / "sits"
+    data_dir: Path = field(default_factory=lambda: DEFAULT_DATA_DIR)
     # The environment, for secrets named in config (api_key_env); never logged.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -39,7 +41,7 @@ class Settings:
             config_path=Path(config) if config else None,
             workers=integer("SITS_WORKERS") or 1,
             log_level=environ.get("SITS_LOG_LEVEL", "info"),
-            data_dir=Path(data_dir) if data_dir else cls.data_dir,
+            data_dir=Path(data_dir) if data_dir else DEFAULT_DATA_DIR,
             secrets=dict(environ),
         )
 

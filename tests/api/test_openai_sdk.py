@@ -19,7 +19,7 @@ async def test_chat_completion_non_streaming(upstream, start_gateway):
     completion = raw.parse()
     assert completion.choices[0].message.content == "hello from upstream-a"
     assert raw.headers["x-sits-model"] == "m1"
-    assert raw.headers["x-sits-endpoint"] == "m1#0"
+    assert raw.headers["x-sits-endpoint"] == "m1/ep-0"
     assert raw.headers["x-request-id"]
 
 

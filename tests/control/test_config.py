@@ -6,6 +6,7 @@ import pytest
 
 from sits.control.config import load_config, parse_config
 from sits.control.embedded_default import config_from_backends, embedded_default_config
+from sits.control.registry_records import records_from_config
 from sits.control.table_builder import build_routing_table
 from sits.errors import ConfigError
 
@@ -20,7 +21,8 @@ GOOD = {
 
 
 def test_valid_config_builds_a_routing_table():
-    table = build_routing_table(parse_config(GOOD), {"KEY": "sk-1"}, {})
+    config = parse_config(GOOD)
+    table = build_routing_table(records_from_config(config, {}), config.all_aliases(), {"KEY": "sk-1"})
     model = table.resolve("chat-default")
     assert model is not None and model.name == "llama3"
     assert table.resolve("fast") is model
@@ -55,8 +57,8 @@ def test_invalid_config_names_the_offending_key(mutate, path):
 
 def test_missing_key_env_var_fails_at_startup_with_path():
     with pytest.raises(ConfigError) as info:
-        build_routing_table(parse_config(GOOD), {}, {})
-    assert "models[0].endpoints[1].api_key_env: environment variable KEY is not set" in info.value.message
+        build_routing_table(records_from_config(parse_config(GOOD), {}), {}, {})
+    assert "model 'llama3' endpoint llama3/ep-1: environment variable KEY is not set" in info.value.message
 
 
 def test_yaml_file_loading(tmp_path: Path):
@@ -72,7 +74,7 @@ def test_yaml_file_loading(tmp_path: Path):
 
 def test_backend_flags_same_name_twice_gives_two_endpoints():
     config = config_from_backends(["a=http://127.0.0.1:1/v1", "a=http://127.0.0.1:2/v1", "b=http://127.0.0.1:3/v1"])
-    table = build_routing_table(config, {}, {})
+    table = build_routing_table(records_from_config(config, {}), {}, {})
     assert [len(m.endpoints) for m in table.models.values()] == [2, 1]
     assert table.models["a"].endpoints[1].upstream_model == "a"
     with pytest.raises(ConfigError, match="NAME=URL"):

@@ -23,9 +23,14 @@ Route = Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]
 class Dispatcher:
     """Maps (method, path) to a route; every answer carries x-request-id."""
 
-    def __init__(self, routes: dict[tuple[str, str], Route]) -> None:
+    def __init__(self, routes: dict[tuple[str, str], Route], prefix_routes: dict[str, Route] | None = None,
+                 before: Callable[[HttpRequest, str], None] | None = None) -> None:
+        """`prefix_routes` serve every method below a path prefix (resources with ids in the path);
+        `before` runs ahead of the data-plane routes (client authentication)."""
         self._routes = routes
         self._paths = {path for _, path in routes}
+        self._prefix_routes = prefix_routes or {}
+        self._before = before
         # Request ids: a random per-gateway prefix plus a counter; unique without a syscall per request.
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
@@ -42,6 +47,10 @@ class Dispatcher:
         path = request.path.rstrip("/") or "/"
         route = self._routes.get((request.method, path))
         try:
+            if route is None:
+                route = next((r for p, r in self._prefix_routes.items() if path.startswith(p)), None)
+            elif self._before is not None:
+                self._before(request, path)
             if route is None:
                 if path in self._paths:
                     allowed = ", ".join(sorted(m for m, p in self._routes if p == path))

@@ -105,9 +105,13 @@ def _client_error(exc: ValidationError) -> ClientError:
     if kind == "json_invalid":
         return InvalidRequest(f"request body is not valid JSON: {first.get('ctx', {}).get('error', msg)}",
                               param="body", code="invalid_json")
-    if not loc:
+    if not loc and kind in ("model_type", "model_attributes_type", "dataclass_type"):
         return InvalidRequest("request body must be a JSON object", param="body", code="invalid_json")
+    if not loc:
+        return UnprocessableRequest(str(msg).removeprefix("Value error, "), param=None, code="invalid_value")
     param = _param_path(loc)
+    if kind == "extra_forbidden":
+        return UnprocessableRequest(f"unknown field '{param}'", param=param, code="unknown_parameter")
     if kind == "missing":
         return UnprocessableRequest(f"missing required field '{param}'", param=param, code="missing_required_parameter")
     return UnprocessableRequest(f"invalid value for '{param}': {msg}", param=param, code="invalid_type")

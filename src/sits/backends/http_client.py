@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import httptools
 
+from sits.backends.address_policy import AddressPolicy, resolve_for_connect
 from sits.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
 
 _PAUSE_ABOVE_BYTES = 1 << 20
@@ -250,12 +251,23 @@ class _UpstreamConnection(asyncio.Protocol):
 
 
 class ConnectionPool:
-    """Keep-alive connections per origin, shared by every endpoint on that origin."""
+    """Keep-alive connections per origin, shared by every endpoint on that origin.
 
-    def __init__(self, max_idle_per_origin: int = 256, ssl_context: ssl.SSLContext | None = None) -> None:
+    With an `address_policy`, every new connection resolves the host itself, checks every
+    address and connects to a checked one. Redirects are never followed (a 3xx is relayed as
+    an upstream status), so the checked addresses are the only ones ever contacted.
+    """
+
+    def __init__(
+        self,
+        max_idle_per_origin: int = 256,
+        ssl_context: ssl.SSLContext | None = None,
+        address_policy: AddressPolicy | None = None,
+    ) -> None:
         self._idle: dict[Origin, deque[_UpstreamConnection]] = {}
         self._max_idle = max_idle_per_origin
         self._ssl_context = ssl_context
+        self._address_policy = address_policy
         self._closing = False
 
     async def request(self, origin: Origin, data: bytes, timeouts: Timeouts) -> UpstreamResponse:
@@ -294,13 +306,24 @@ class ConnectionPool:
             tls = self._ssl_context or ssl.create_default_context()
         try:
             async with asyncio.timeout(timeouts.connect):
-                _, conn = await loop.create_connection(
-                    lambda: _UpstreamConnection(self, origin),
-                    origin.host,
-                    origin.port,
-                    ssl=tls,
-                    server_hostname=origin.host if tls else None,
-                )
+                hosts: tuple[str, ...] = (origin.host,)
+                if self._address_policy is not None:
+                    # Checked here again, not only at registration: DNS may answer differently
+                    # now (rebinding), so connect to exactly the addresses just checked.
+                    hosts = await resolve_for_connect(origin.host, origin.port, self._address_policy)
+                for i, host in enumerate(hosts):
+                    try:
+                        _, conn = await loop.create_connection(
+                            lambda: _UpstreamConnection(self, origin),
+                            host,
+                            origin.port,
+                            ssl=tls,
+                            server_hostname=origin.host if tls else None,
+                        )
+                        break
+                    except OSError:
+                        if i == len(hosts) - 1:
+                            raise
         except TimeoutError:
             raise UpstreamConnectError(
                 f"connect to {origin.host}:{origin.port} timed out after {timeouts.connect:g}s"

@@ -10,9 +10,10 @@ from sits.state.routing_table import Endpoint
 class _EncodedEndpoint:
     """The parts of an endpoint's requests that never change, encoded once."""
 
-    __slots__ = ("origin", "timeouts", "path_prefix", "static_headers")
+    __slots__ = ("pool", "origin", "timeouts", "path_prefix", "static_headers", "host_header")
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, pool: ConnectionPool) -> None:
+        self.pool = pool
         self.origin = Origin(endpoint.scheme, endpoint.host, endpoint.port)
         t = endpoint.timeouts
         self.timeouts = Timeouts(connect=t.connect_s, first_byte=t.first_byte_s, total=t.total_s)
@@ -21,6 +22,7 @@ class _EncodedEndpoint:
         host = endpoint.host if endpoint.port == default_port else f"{endpoint.host}:{endpoint.port}"
         if ":" in endpoint.host and endpoint.port != default_port:
             host = f"[{endpoint.host}]:{endpoint.port}"
+        self.host_header = f"host: {host}\r\n".encode("latin-1")
         headers = [f"host: {host}", "content-type: application/json", "user-agent: sits"]
         if endpoint.api_key:
             headers.append(f"authorization: Bearer {endpoint.api_key}")
@@ -34,14 +36,20 @@ class OpenAIUpstream:
     callers decide what to relay and what to retry.
     """
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, guarded_pool: ConnectionPool | None = None) -> None:
         self._pool = pool
+        self._guarded_pool = guarded_pool or pool
         self._encoded: dict[Endpoint, _EncodedEndpoint] = {}
 
-    async def send(self, endpoint: Endpoint, api_path: bytes, body: bytes, request_id: str) -> UpstreamResponse:
+    def _encode(self, endpoint: Endpoint) -> _EncodedEndpoint:
         enc = self._encoded.get(endpoint)
         if enc is None:
-            enc = self._encoded[endpoint] = _EncodedEndpoint(endpoint)
+            pool = self._guarded_pool if endpoint.guarded else self._pool
+            enc = self._encoded[endpoint] = _EncodedEndpoint(endpoint, pool)
+        return enc
+
+    async def send(self, endpoint: Endpoint, api_path: bytes, body: bytes, request_id: str) -> UpstreamResponse:
+        enc = self._encoded.get(endpoint) or self._encode(endpoint)
         data = b"".join((
             b"POST ", enc.path_prefix, api_path, b" HTTP/1.1\r\n",
             enc.static_headers,
@@ -49,7 +57,7 @@ class OpenAIUpstream:
             b"\r\ncontent-length: %d\r\n\r\n" % len(body),
             body,
         ))
-        response = await self._pool.request(enc.origin, data, enc.timeouts)
+        response = await enc.pool.request(enc.origin, data, enc.timeouts)
         if response.status >= 400:
             payload = await response.read()
             raise UpstreamStatusError(
@@ -58,6 +66,15 @@ class OpenAIUpstream:
                 body=payload[:65536],
             )
         return response
+
+    async def probe(self, endpoint: Endpoint, path: str, timeout_s: float) -> int:
+        """GET a health path on the endpoint's origin (never a billed completion); the HTTP status."""
+        enc = self._encode(endpoint)
+        data = b"GET " + path.encode("latin-1") + b" HTTP/1.1\r\n" + enc.host_header + b"user-agent: sits-health\r\n\r\n"
+        timeouts = Timeouts(connect=min(timeout_s, enc.timeouts.connect), first_byte=timeout_s, total=timeout_s)
+        response = await enc.pool.request(enc.origin, data, timeouts)
+        await response.read()
+        return response.status
 
     def forget(self, keep: set[Endpoint]) -> None:
         """Drop cached encodings of endpoints no longer in the routing table."""

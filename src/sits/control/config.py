@@ -80,10 +80,44 @@ class ServerConfig(_Strict):
     max_header_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
     keep_alive_timeout_s: PositiveFloat = 75.0
     drain_timeout_s: PositiveFloat = 30.0
+    # Data-plane keys: the name of an environment variable holding comma-separated client keys.
+    # Unset: the data plane is open (as on a laptop).
+    api_keys_env: str | None = None
+
+
+class HealthCheckConfig(_Strict):
+    interval_s: PositiveFloat = 5.0
+    timeout_s: PositiveFloat = 2.0
+    healthy_threshold: Annotated[int, Field(ge=1)] = 1
+    unhealthy_threshold: Annotated[int, Field(ge=1)] = 3
+
+
+class ControlConfig(_Strict):
+    """The control plane: admin access, where registered endpoints may point, health checks."""
+
+    admin_key_env: str = "SITS_ADMIN_KEY"
+    # Registered endpoints may not point at loopback unless this is on (it is in the embedded default).
+    allow_loopback: bool = False
+    # Private ranges (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10) only when listed here, e.g. "10.0.0.0/8".
+    allowed_private_cidrs: list[str] = []
+    health: HealthCheckConfig = HealthCheckConfig()
+
+    @field_validator("allowed_private_cidrs")
+    @classmethod
+    def _cidrs(cls, cidrs: list[str]) -> list[str]:
+        import ipaddress
+
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"not a network: {cidr!r}") from None
+        return cidrs
 
 
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
+    control: ControlConfig = ControlConfig()
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False
     models: list[ModelConfig] = []

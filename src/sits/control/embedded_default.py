@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from sits.control.config import GatewayConfig, LocalModelConfig, ModelConfig, ServerConfig, parse_config
+from sits.control.config import ControlConfig, GatewayConfig, LocalModelConfig, ModelConfig, ServerConfig, parse_config
 from sits.errors import ConfigError
 
 
 def embedded_default_config() -> GatewayConfig:
-    return GatewayConfig(server=ServerConfig(host="127.0.0.1"), models=embedded_models())
+    return GatewayConfig(server=ServerConfig(host="127.0.0.1"), control=ControlConfig(allow_loopback=True),
+                         models=embedded_models())
 
 
 def with_embedded_models(config: GatewayConfig) -> GatewayConfig:
@@ -45,5 +46,7 @@ def config_from_backends(pairs: list[str]) -> GatewayConfig:
         if not sep or not name or not url:
             raise ConfigError(f"--backend expects NAME=URL, got {pair!r}")
         endpoints.setdefault(name, []).append({"url": url, "upstream_model": name})
-    return parse_config({"models": [{"name": n, "endpoints": eps} for n, eps in endpoints.items()]},
+    # A first try on one machine: the upstreams and the gateway are usually all on loopback.
+    return parse_config({"control": {"allow_loopback": True},
+                         "models": [{"name": n, "endpoints": eps} for n, eps in endpoints.items()]},
                         source="--backend")

@@ -1,63 +1,81 @@
-"""Build the immutable routing table from validated config."""
+"""Build the immutable routing table from registry records."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
-from sits.control.config import EndpointConfig, GatewayConfig
+from sits.control.registry_records import EndpointRecord, ModelRecord
 from sits.errors import ConfigError
-from sits.state.routing_table import Endpoint, EndpointTimeouts, ModelEntry, RoutingTable
+from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 
 _API_SUFFIXES = ("/chat/completions", "/completions", "/embeddings")
 
 
 def build_routing_table(
-    config: GatewayConfig,
+    records: Iterable[ModelRecord],
+    aliases: Mapping[str, str],
     secrets: Mapping[str, str],
-    local_urls: Mapping[str, str],
     version: int = 1,
 ) -> RoutingTable:
-    """`local_urls` maps each local model's name to the base URL its worker serves on."""
     models: dict[str, ModelEntry] = {}
-    for i, m in enumerate(config.models):
-        if m.local is not None:
-            sources = [EndpointConfig(url=local_urls[m.name], upstream_model=m.name)]
-            owned_by = "sits-local"
-        else:
-            sources = m.endpoints
-            owned_by = "sits"
-        endpoints = tuple(
-            _endpoint(m.name, j, ep, secrets, f"models[{i}].endpoints[{j}]") for j, ep in enumerate(sources)
+    all_aliases = dict(aliases)
+    for record in records:
+        endpoints = tuple(_endpoint(record, ep, secrets) for ep in record.endpoints)
+        models[record.name] = ModelEntry(
+            name=record.name,
+            endpoints=endpoints,
+            tier=record.tier,
+            owned_by="sits-local" if record.source == "local" else "sits",
+            description=record.description,
+            capabilities=frozenset(record.capabilities),
+            context_window=record.context_window,
+            latency_p95_ms=record.latency_p95_ms,
+            cost_per_1k_input=record.cost_per_1k_input,
+            cost_per_1k_output=record.cost_per_1k_output,
+            max_concurrency=record.max_concurrency,
+            tokenizer_family=record.tokenizer_family,
+            version=record.version,
         )
-        models[m.name] = ModelEntry(m.name, endpoints, m.tier, owned_by, m.description)
-    return RoutingTable(MappingProxyType(models), MappingProxyType(config.all_aliases()), version)
+        for alias in record.aliases:
+            all_aliases[alias] = record.name
+    valid_aliases = {a: t for a, t in all_aliases.items() if t in models and a not in models}
+    return RoutingTable(MappingProxyType(models), MappingProxyType(valid_aliases), version)
 
 
-def _endpoint(model: str, index: int, ep: EndpointConfig, secrets: Mapping[str, str], where: str) -> Endpoint:
-    parts = urlsplit(ep.url)
-    scheme = parts.scheme
+def split_endpoint_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, base path); a full API URL is reduced to its base."""
+    parts = urlsplit(url)
     base_path = parts.path.rstrip("/")
-    for suffix in _API_SUFFIXES:  # accept a full API URL as well as a base URL
+    for suffix in _API_SUFFIXES:
         if base_path.endswith(suffix):
             base_path = base_path[: -len(suffix)]
             break
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, parts.hostname or "", port, base_path
+
+
+def _endpoint(record: ModelRecord, ep: EndpointRecord, secrets: Mapping[str, str]) -> Endpoint:
+    scheme, host, port, base_path = split_endpoint_url(ep.url)
     api_key = None
-    if ep.api_key_env:
-        api_key = secrets.get(ep.api_key_env)
+    key_env = ep.key_env or record.key_env
+    if key_env:
+        api_key = secrets.get(key_env)
         if not api_key:
-            raise ConfigError(f"{where}.api_key_env: environment variable {ep.api_key_env} is not set")
-    t = ep.timeouts
+            raise ConfigError(f"model {record.name!r} endpoint {ep.id}: environment variable {key_env} is not set",
+                              param="key_env")
     return Endpoint(
-        id=f"{model}#{index}",
-        model=model,
-        upstream_model=ep.upstream_model or model,
+        id=ep.id,
+        model=record.name,
+        upstream_model=ep.upstream_model or record.upstream_model or record.name,
         scheme=scheme,
-        host=parts.hostname or "",
-        port=parts.port or (443 if scheme == "https" else 80),
+        host=host,
+        port=port,
         base_path=base_path,
         weight=ep.weight,
-        timeouts=EndpointTimeouts(t.connect_s, t.first_byte_s, t.total_s),
+        timeouts=ep.timeouts,
         api_key=api_key,
+        guarded=record.source == "api",
+        health_check_path=record.health_check_path,
     )

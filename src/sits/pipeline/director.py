@@ -6,35 +6,41 @@ scheduling stays a pure call over a snapshot taken once per request.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
-from sits.errors import ModelNotFound, Overloaded, UpstreamConnectError
+from sits.errors import ModelNotFound, Overloaded, UpstreamConnectError, UpstreamError
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
-from sits.scheduling.framework import Profile
+from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
+from sits.scheduling.scheduler import Scheduler
 from sits.scheduling.types import EndpointView, SchedulingRequest
+from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.understanding.tier_rule import choose_tier, nearest_tiers
 
 AUTO_MODEL = "auto"
+log = logging.getLogger("sits.scheduling")
 
 
 class Director:
     def __init__(
         self,
         table: Callable[[], RoutingTable],
-        profile: Profile,
+        scheduler: Scheduler,
         backend: OpenAIUpstream,
         stats: StatsStore,
+        health: HealthBoard,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
+        self._health = health
         self._table = table
-        self._profile = profile
+        self._scheduler = scheduler
         self._backend = backend
         self._stats = stats
         self._clock = clock
@@ -44,24 +50,42 @@ class Director:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange."""
         table = self._table()
         model, why = self._resolve_model(table, request)
-        decision = self._profile.run(
-            SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4),
-            self._views(model.endpoints),
+        now = self._clock()
+        self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
+        views = self._views(model.endpoints, now)
+        if not any(v.healthy for v in views):
+            raise Overloaded(f"model '{model.name}' has no endpoint ready (pending, unhealthy or ejected)",
+                             headers=(("retry-after", "1"),))
+        decision = self._scheduler.schedule(
+            SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
+                              prefix_hash=prefix_hash(request.prompt_text)),
+            views,
             self._rng,
         )
         if not decision.candidates:
             raise Overloaded(f"model '{model.name}' has no endpoint available: {decision.reason}",
                              headers=(("retry-after", "1"),))
         by_id = {e.id: e for e in model.endpoints}
-        route = f"profile={decision.profile}; pick={decision.reason}{why}"
+        route = decision.route_header() + why
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
         last_error: UpstreamConnectError | None = None
         # Connect errors are safe to retry on the next candidate: the upstream processed nothing.
+        siblings = by_id.keys()
         for view in decision.candidates[:3]:
             endpoint = by_id[view.id]
             try:
-                return await self._send(endpoint, model.name, route, request, body)
+                exchange = await self._send(endpoint, model.name, route, request, body)
             except UpstreamConnectError as exc:
+                self._health.request_failed(endpoint.id, self._clock(), siblings)
                 last_error = exc
+                continue
+            except UpstreamError as exc:
+                if exc.retryable and getattr(exc, "upstream_status", 500) != 429:  # 5xx, timeouts
+                    self._health.request_failed(endpoint.id, self._clock(), siblings)
+                raise
+            self._health.request_succeeded(endpoint.id)
+            return exchange
         assert last_error is not None
         raise last_error
 
@@ -78,6 +102,7 @@ class Director:
         except BaseException:
             stats.finished(self._clock() - started, ok=False)
             raise
+        stats.first_token(self._clock() - started)  # time to response headers: the TTFT a gateway can see
         return Exchange(endpoint, model, route, response, stats, self._clock, started)
 
     def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str]:
@@ -96,11 +121,19 @@ class Director:
             f"The model '{request.model}' does not exist. Available models: {available}", param="model"
         )
 
-    def _views(self, endpoints: tuple[Endpoint, ...]) -> list[EndpointView]:
+    def _views(self, endpoints: tuple[Endpoint, ...], now: float) -> list[EndpointView]:
         views = []
+        available = self._health.available
         for e in endpoints:
             s = self._stats.get(e.id)
-            views.append(EndpointView(e.id, e.model, e.weight, True, s.in_flight, s.latency_ewma_s))
+            engine = s.engine
+            views.append(EndpointView(
+                e.id, e.model, e.weight, available(e.id, now), s.in_flight, s.latency_ewma_s, s.latency_p95_s,
+                s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
+                queue_depth=(engine.waiting or 0) if engine else 0,
+                kv_cache_usage=engine.kv_cache_usage if engine else None,
+                dynamic_weight=s.dynamic_weight,
+            ))
         return views
 
 

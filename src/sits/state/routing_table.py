@@ -32,6 +32,8 @@ class Endpoint:
     weight: float = 1.0
     timeouts: EndpointTimeouts = EndpointTimeouts()
     api_key: str | None = field(default=None, repr=False)  # resolved from the env var named in config
+    guarded: bool = False  # registered through the control API: connect only to addresses the policy allows
+    health_check_path: str | None = None
 
     @property
     def url(self) -> str:
@@ -40,11 +42,21 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class ModelEntry:
+    """A model as routing sees it; the metadata feeds filters and scorers (capability, SLA, cost...)."""
+
     name: str
     endpoints: tuple[Endpoint, ...]
     tier: str | None = None
     owned_by: str = "sits"
     description: str = ""
+    capabilities: frozenset[str] = frozenset()
+    context_window: int | None = None
+    latency_p95_ms: float | None = None
+    cost_per_1k_input: float | None = None
+    cost_per_1k_output: float | None = None
+    max_concurrency: int | None = None
+    tokenizer_family: str | None = None
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
