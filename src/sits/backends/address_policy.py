@@ -194,7 +194,8 @@ async def check_url(
     """
 
     def refuse(why: str) -> UnprocessableRequest:
-        return UnprocessableRequest(f"{param} URL {url!r}: {why}; refused", param=param)
+        # The URL itself is not echoed: it may carry credentials, and errors end up in logs.
+        return UnprocessableRequest(f"{param} URL: {why}; refused", param=param)
 
     # Browsers read a backslash as "/", urllib does not; such disagreements are the attack.
     if not url.isprintable() or " " in url or "\\" in url:
