@@ -25,7 +25,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def wait_ready(port: int, timeout: float = 15.0) -> None:
+async def wait_ready(port: int, timeout: float = 45.0) -> None:
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:

@@ -6,6 +6,7 @@ Not a stand-in for a model: it returns canned completions and can misbehave on c
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -23,11 +24,15 @@ class UpstreamLog:
 
 
 class FakeUpstream:
-    """Modes (set `mode` at any time): ok, error500, slow_first_byte, cut_stream, hang."""
+    """Modes (set `mode` at any time): ok, error500, flaky (error_rate of answers are 500s), slow_first_byte,
+    cut_stream, hang, error_event (a stream that opens with an error event), stall_stream (headers, then
+    nothing), context_error (400 context_length_exceeded)."""
 
     def __init__(self, name: str = "upstream", stream_chunks: int = 5, chunk_delay: float = 0.0) -> None:
         self.name = name
         self.mode = "ok"
+        self.error_rate = 0.3
+        self._rng = random.Random(1234)
         self.stream_chunks = stream_chunks
         self.chunk_delay = chunk_delay
         self.log = UpstreamLog()
@@ -74,7 +79,11 @@ class FakeUpstream:
         return body
 
     async def _misbehave(self) -> web.Response | None:
-        if self.mode == "error500":
+        if self.mode == "context_error":
+            return web.json_response({"error": {"message": "This model's maximum context length is 4096 tokens",
+                                                "type": "invalid_request_error", "code": "context_length_exceeded"}},
+                                     status=400)
+        if self.mode == "error500" or (self.mode == "flaky" and self._rng.random() < self.error_rate):
             return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=500)
         if self.mode in ("slow_first_byte", "hang"):
             try:
@@ -99,6 +108,12 @@ class FakeUpstream:
     async def _stream(self, request: web.Request, body: dict) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
+        if self.mode == "error_event":
+            await response.write(b'data: {"error": {"message": "engine overloaded", "type": "server_error"}}\n\n')
+            return response
+        if self.mode == "stall_stream":
+            await asyncio.wait_for(self._released.wait(), 3600)
+            return response
         try:
             for i in range(self.stream_chunks):
                 if self.mode == "cut_stream" and i == self.stream_chunks // 2:

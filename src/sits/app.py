@@ -35,12 +35,18 @@ from sits.control.local_models import local_model_specs
 from sits.control.registry import Registry
 from sits.control.registry_records import records_from_config
 from sits.pipeline.director import Director
+from sits.pipeline.fallback import FallbackPolicy
+from sits.pipeline.fallback import FallbackPolicy
 from sits.scheduling.metrics import SchedulingMetrics
 from sits.scheduling.policy import DEFAULT_POLICY, build_scheduler
 from sits.settings import Settings
+from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
+from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.endpoint_health import HealthBoard, HealthPolicy
 from sits.state.endpoint_stats import StatsStore
 from sits.state.registry_store import RegistryStore
+from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
+from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.routing_table import RoutingTable
 
 log = logging.getLogger("sits")
@@ -86,14 +92,19 @@ class Gateway:
         # TODO(lead): DEFAULT_POLICY -> config.routing once GatewayConfig has the `routing:` section
         self.scheduling_metrics = SchedulingMetrics(time.perf_counter_ns)
         self._scheduler = build_scheduler(DEFAULT_POLICY, metrics=self.scheduling_metrics)
+        resilience = config.resilience
+        self._breakers = CircuitBreakers(BreakerPolicy(resilience.breaker_failure_threshold, resilience.breaker_open_s))
         director = Director(
             self.routing_table, self._scheduler, backend, self._stats, self._health,
-            self._clock, random.Random(rng_seed),
+            self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
+                                                          resilience.min_retries_per_window)),
+            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s), self._clock, random.Random(rng_seed),
         )
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()))
         health = HealthRoutes(self.readiness)
         control_routes = ControlRoutes(
-            self.registry, AdminGuard(settings.secrets.get(control.admin_key_env)), self._health, self._stats,
+            self.registry, AdminGuard(settings.secrets.get(control.admin_key_env)), self._health, self._breakers,
+            self._stats,
             self._clock, functools.partial(discover_models, pool=self._guarded_pool, policy=self._policy),
             on_change=self._prober.poke,  # probe new endpoints now, not at the next tick
         )

@@ -104,12 +104,14 @@ async def test_upstream_5xx_becomes_502_with_openai_error(upstream, start_gatewa
     assert info.value.body["code"] == "upstream_bad_status"
 
 
-async def test_unreachable_upstream_is_502_not_500(start_gateway):
+async def test_unreachable_pool_is_503_with_retry_after_not_500(start_gateway):
     gateway = await start_gateway(one_model_config("http://127.0.0.1:9/v1"))
     with pytest.raises(openai.APIStatusError) as info:
         await sdk(gateway).chat.completions.create(model="m1", messages=MESSAGES)
-    assert info.value.status_code == 502
-    assert info.value.body["code"] == "upstream_connect_error"
+    assert info.value.status_code == 503
+    assert info.value.response.headers["retry-after"] == "1"
+    assert "cannot connect" in info.value.message
+    assert info.value.response.headers["x-sits-attempts"] == "m1/ep-0:upstream_connect_error"
 
 
 async def test_first_byte_timeout_is_504(upstream, start_gateway):

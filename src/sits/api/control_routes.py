@@ -19,6 +19,7 @@ from sits.control.registration import EndpointRegistration, ModelRegistration, M
 from sits.control.registry import Change, Registry
 from sits.control.registry_records import ModelRecord
 from sits.errors import InvalidRequest, NotFound
+from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 
@@ -26,13 +27,15 @@ PREFIX = "/v1/models/"
 
 
 class ControlRoutes:
-    def __init__(self, registry: Registry, guard: AdminGuard, health: HealthBoard, stats: StatsStore,
+    def __init__(self, registry: Registry, guard: AdminGuard, health: HealthBoard, breakers: CircuitBreakers,
+                 stats: StatsStore,
                  clock: Callable[[], float], discover: Callable[[str], Awaitable[list[str]]],
                  on_change: Callable[[], None]) -> None:
         self._on_change = on_change
         self._registry = registry
         self._guard = guard
         self._health = health
+        self._breakers = breakers
         self._stats = stats
         self._clock = clock
         self._discover = discover
@@ -101,6 +104,7 @@ class ControlRoutes:
             health = self._health.get(ep["id"])
             stats = self._stats.get(ep["id"])
             ep["state"] = "ready" if health is None else health.phase
+            ep["circuit"] = self._breakers.state(ep["id"], now)
             ep["ejected_for_s"] = round(max(0.0, health.ejected_until - now), 3) if health else 0.0
             ep["last_probe_error"] = health.last_error if health else None
             ep["in_flight"] = stats.in_flight

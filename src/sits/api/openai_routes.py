@@ -68,6 +68,7 @@ class OpenAIRoutes:
             (b"x-sits-model", exchange.model.encode()),
             (b"x-sits-endpoint", exchange.endpoint.id.encode()),
             (b"x-sits-route", exchange.route.encode("latin-1", "replace")),
+            (b"x-sits-attempts", exchange.attempts.encode("latin-1", "replace")),
         ]
         if stream:
             return StreamingResponse(200, _relay_stream(exchange), headers=headers)

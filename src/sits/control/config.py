@@ -65,6 +65,12 @@ class ModelConfig(_Strict):
     aliases: list[str] = []
     endpoints: list[EndpointConfig] = []
     local: LocalModelConfig | None = None
+    fallbacks: list[str] = []  # models tried in order when every endpoint of this one fails
+    capabilities: list[str] = []
+    context_window: Annotated[int, Field(ge=1)] | None = None
+    latency_p95_ms: PositiveFloat | None = None
+    cost_per_1k_input: Annotated[float, Field(ge=0)] | None = None
+    cost_per_1k_output: Annotated[float, Field(ge=0)] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
@@ -115,8 +121,18 @@ class ControlConfig(_Strict):
         return cidrs
 
 
+class ResilienceConfig(_Strict):
+    retry_budget_ratio: Annotated[float, Field(ge=0, le=10)] = 0.2  # at most 20% extra upstream calls
+    min_retries_per_window: Annotated[int, Field(ge=0)] = 3
+    max_attempts: Annotated[int, Field(ge=1, le=16)] = 4
+    ttft_timeout_s: PositiveFloat = 30.0  # streaming: first event within this, else fall back
+    breaker_failure_threshold: Annotated[int, Field(ge=1)] = 5
+    breaker_open_s: PositiveFloat = 5.0
+
+
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
+    resilience: ResilienceConfig = ResilienceConfig()
     control: ControlConfig = ControlConfig()
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False
@@ -134,6 +150,10 @@ class GatewayConfig(_Strict):
         for m in self.models:
             for a in m.aliases:
                 aliases[a] = m.name
+        for i, m in enumerate(self.models):
+            for j, fallback in enumerate(m.fallbacks):
+                if fallback not in seen or fallback == m.name:
+                    raise ValueError(f"models[{i}].fallbacks[{j}]: {fallback!r} is not another configured model")
         for alias, target in aliases.items():
             if alias in seen:
                 raise ValueError(f"aliases.{alias}: alias clashes with a model of the same name")

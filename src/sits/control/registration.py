@@ -44,6 +44,7 @@ class _ModelFields(_Strict):
     tags: list[Label] | None = None
     version: Label | None = None
     aliases: list[Name] | None = None
+    fallbacks: list[Name] | None = None
 
 
 class ModelRegistration(_ModelFields):

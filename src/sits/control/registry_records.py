@@ -47,6 +47,7 @@ class ModelRecord:
     tags: tuple[str, ...] = ()
     version: str | None = None
     aliases: tuple[str, ...] = ()
+    fallbacks: tuple[str, ...] = ()
     next_endpoint_index: int = field(default=0)
 
     def endpoint_ids(self) -> set[str]:
@@ -87,7 +88,10 @@ def records_from_config(config: GatewayConfig, local_urls: dict[str, str]) -> li
                 for j, ep in enumerate(m.endpoints)
             )
         records.append(ModelRecord(
-            name=m.name, endpoints=endpoints, source="local" if m.local is not None else "config", tier=m.tier, description=m.description,
-            aliases=tuple(m.aliases), next_endpoint_index=len(endpoints),
+            name=m.name, endpoints=endpoints, source="local" if m.local is not None else "config", tier=m.tier,
+            description=m.description, aliases=tuple(m.aliases), fallbacks=tuple(m.fallbacks),
+            context_window=m.context_window, capabilities=tuple(m.capabilities),
+            cost_per_1k_input=m.cost_per_1k_input, cost_per_1k_output=m.cost_per_1k_output,
+            latency_p95_ms=m.latency_p95_ms, next_endpoint_index=len(endpoints),
         ))
     return records

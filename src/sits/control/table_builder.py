@@ -37,6 +37,7 @@ def build_routing_table(
             max_concurrency=record.max_concurrency,
             tokenizer_family=record.tokenizer_family,
             version=record.version,
+            fallbacks=record.fallbacks,
         )
         for alias in record.aliases:
             all_aliases[alias] = record.name

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
-from sits.errors import ModelNotFound, Overloaded, UpstreamConnectError, UpstreamError
+from sits.errors import ModelNotFound, Overloaded, SitsError
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
+from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
 from sits.scheduling.scheduler import Scheduler
 from sits.scheduling.types import EndpointView, SchedulingRequest
+from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
+from sits.state.retry_budget import RetryBudget
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.understanding.tier_rule import choose_tier, nearest_tiers
 
@@ -35,10 +38,15 @@ class Director:
         backend: OpenAIUpstream,
         stats: StatsStore,
         health: HealthBoard,
+        breakers: CircuitBreakers,
+        budget: RetryBudget,
+        fallback_policy: FallbackPolicy,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
         self._health = health
+        self._breakers = breakers
+        self._chain = FallbackChain(self._send, budget, breakers, health, clock, fallback_policy)
         self._table = table
         self._scheduler = scheduler
         self._backend = backend
@@ -52,46 +60,45 @@ class Director:
         model, why = self._resolve_model(table, request)
         now = self._clock()
         self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
+        primary, route = self._plan(model, request, now, "primary")
+        try:
+            exchange = await self._chain.run(request, body, self._plans(table, primary, request, now))
+        except AttemptsFailed as failed:
+            raise _final_error(model.name, failed) from None
+        exchange.route = route + why if exchange.model == model.name else f"{route}{why}; fallback={exchange.model}"
+        return exchange
+
+    def _plans(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float) -> Iterator[Plan]:
+        """Best first: the chosen model, its configured fallbacks, then (used only after a
+        context-window error) models with a larger window, smallest sufficient first."""
+        yield primary
+        model = primary.model
+        for name in model.fallbacks:
+            fallback = table.models.get(name)
+            if fallback is not None:
+                yield self._plan(fallback, request, now, "fallback")[0]
+        window = model.context_window or 0
+        larger = sorted((m for m in table.models.values() if m.context_window and m.context_window > window
+                         and m.name != model.name), key=lambda m: m.context_window or 0)
+        for bigger in larger:
+            yield self._plan(bigger, request, now, "larger-context")[0]
+
+    def _plan(self, model: ModelEntry, request: RoutingRequest, now: float, kind: PlanKind) -> tuple[Plan, str]:
         views = self._views(model.endpoints, now)
         if not any(v.healthy for v in views):
-            raise Overloaded(f"model '{model.name}' has no endpoint ready (pending, unhealthy or ejected)",
-                             headers=(("retry-after", "1"),))
+            return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
         decision = self._scheduler.schedule(
             SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
                               prefix_hash=prefix_hash(request.prompt_text)),
             views,
             self._rng,
         )
-        if not decision.candidates:
-            raise Overloaded(f"model '{model.name}' has no endpoint available: {decision.reason}",
-                             headers=(("retry-after", "1"),))
-        by_id = {e.id: e for e in model.endpoints}
-        route = decision.route_header() + why
         if log.isEnabledFor(logging.DEBUG):
             log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
-        last_error: UpstreamConnectError | None = None
-        # Connect errors are safe to retry on the next candidate: the upstream processed nothing.
-        siblings = by_id.keys()
-        for view in decision.candidates[:3]:
-            endpoint = by_id[view.id]
-            try:
-                exchange = await self._send(endpoint, model.name, route, request, body)
-            except UpstreamConnectError as exc:
-                self._health.request_failed(endpoint.id, self._clock(), siblings)
-                last_error = exc
-                continue
-            except UpstreamError as exc:
-                if exc.retryable and getattr(exc, "upstream_status", 500) != 429:  # 5xx, timeouts
-                    self._health.request_failed(endpoint.id, self._clock(), siblings)
-                raise
-            self._health.request_succeeded(endpoint.id)
-            return exchange
-        assert last_error is not None
-        raise last_error
+        by_id = {e.id: e for e in model.endpoints}
+        return Plan(model, tuple(by_id[v.id] for v in decision.candidates), kind), decision.route_header()
 
-    async def _send(
-        self, endpoint: Endpoint, model: str, route: str, request: RoutingRequest, body: bytes
-    ) -> Exchange:
+    async def _send(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
         if endpoint.upstream_model != request.model:
             body = _with_model(body, endpoint.upstream_model)
         stats = self._stats.get(endpoint.id)
@@ -103,7 +110,7 @@ class Director:
             stats.finished(self._clock() - started, ok=False)
             raise
         stats.first_token(self._clock() - started)  # time to response headers: the TTFT a gateway can see
-        return Exchange(endpoint, model, route, response, stats, self._clock, started)
+        return Exchange(endpoint, model, "", response, stats, self._clock, started)
 
     def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str]:
         entry = table.resolve(request.model)
@@ -124,11 +131,12 @@ class Director:
     def _views(self, endpoints: tuple[Endpoint, ...], now: float) -> list[EndpointView]:
         views = []
         available = self._health.available
+        allows = self._breakers.allows
         for e in endpoints:
             s = self._stats.get(e.id)
             engine = s.engine
             views.append(EndpointView(
-                e.id, e.model, e.weight, available(e.id, now), s.in_flight, s.latency_ewma_s, s.latency_p95_s,
+                e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s, s.latency_p95_s,
                 s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
                 queue_depth=(engine.waiting or 0) if engine else 0,
                 kv_cache_usage=engine.kv_cache_usage if engine else None,
@@ -142,3 +150,17 @@ def _with_model(body: bytes, model: str) -> bytes:
     payload = orjson.loads(body)
     payload["model"] = model
     return orjson.dumps(payload)
+
+
+def _final_error(model: str, failed: AttemptsFailed) -> SitsError:
+    """Nothing answered: no capacity (503, Retry-After) if nothing could even be reached, else the last error."""
+    attempts = ("x-sits-attempts", ",".join(failed.attempts)) if failed.attempts else None
+    if failed.only_unavailable or failed.last is None:
+        detail = f"; last: {failed.last.message}" if failed.last else ""
+        error: SitsError = Overloaded(f"no endpoint of model '{model}' is available{detail}",
+                                      headers=(("retry-after", "1"),))
+    else:
+        error = failed.last
+    if attempts:
+        error.headers = (*error.headers, attempts)
+    return error

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import orjson
+
 from sits.backends.http_client import UpstreamResponse
+from sits.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from sits.state.endpoint_stats import EndpointStats
 from sits.state.routing_table import Endpoint
 
 
 class Exchange:
-    __slots__ = ("endpoint", "model", "route", "response", "_stats", "_clock", "_started", "_open")
+    __slots__ = ("endpoint", "model", "route", "response", "attempts", "_stats", "_clock", "_started", "_open",
+                 "_chunks", "_first")
 
     def __init__(
         self,
@@ -26,10 +31,13 @@ class Exchange:
         self.model = model
         self.route = route
         self.response = response
+        self.attempts = ""
         self._stats = stats
         self._clock = clock
         self._started = started
         self._open = True
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._first: bytes | None = None
 
     async def read(self) -> bytes:
         ok = False
@@ -40,17 +48,52 @@ class Exchange:
         finally:
             self._finish(ok)
 
+    async def prefetch_first_chunk(self, timeout_s: float) -> None:
+        """Wait for the stream's first bytes before anything reaches the client, so a stream that
+        stalls, breaks or opens with an error event can still fall back transparently."""
+        self._chunks = self.response.iter_chunks()
+        try:
+            async with asyncio.timeout(timeout_s):
+                first = await anext(self._chunks, b"")
+        except TimeoutError:
+            self.close()
+            raise UpstreamTimeout(f"upstream {self.endpoint.id} sent no token within {timeout_s:g}s") from None
+        except UpstreamError:
+            self.close()
+            raise
+        if not first:
+            self.close()
+            raise UpstreamProtocolError(f"upstream {self.endpoint.id} ended the stream before any event")
+        if first.startswith(b"data: {\"error\"") or first.startswith(b"data:{\"error\""):
+            self.close()
+            raise UpstreamProtocolError(f"upstream {self.endpoint.id} streamed an error: {_error_message(first)}")
+        self._first = first
+
     async def chunks(self) -> AsyncIterator[bytes]:
         ok = False
         try:
-            async for chunk in self.response.iter_chunks():
+            if self._first is not None:
+                yield self._first
+                self._first = None
+            async for chunk in self._chunks or self.response.iter_chunks():
                 yield chunk
             ok = True
         finally:
-            self.response.close()
-            self._finish(ok)
+            self.close(ok)
+
+    def close(self, ok: bool = False) -> None:
+        self.response.close()
+        self._finish(ok)
 
     def _finish(self, ok: bool) -> None:
         if self._open:
             self._open = False
             self._stats.finished(self._clock() - self._started, ok)
+
+
+def _error_message(event: bytes) -> str:
+    try:
+        error = orjson.loads(event.split(b"\n", 1)[0][5:])["error"]
+        return str(error.get("message", error)) if isinstance(error, dict) else str(error)
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return event[:200].decode("utf-8", "replace")

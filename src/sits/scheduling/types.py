@@ -4,18 +4,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Capability names a request may need and an endpoint may offer.
+TOOLS = "tools"
+VISION = "vision"
+JSON_OUTPUT = "json"
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulingRequest:
+    """What scheduling needs to know about one request; built once by the director."""
+
     model: str
     api: str
     stream: bool
     prompt_tokens_estimate: int = 0
+    max_tokens: int = 0  # 0: the client did not say
+    needs: frozenset[str] = frozenset()  # capabilities, e.g. {"tools", "vision"}
+    sla_ms: float | None = None  # the request's own latency bound, if it carries one
+    tier: str | None = None
+    prefix_hash: int | None = None  # stable hash of the prompt's leading text, for prefix affinity
 
 
 @dataclass(frozen=True, slots=True)
 class EndpointView:
-    """A frozen per-request view of one endpoint: identity plus the live signals that matter."""
+    """A frozen per-request view of one endpoint: identity plus the live signals that matter.
+
+    Latencies are seconds; `kv_cache_usage` and `memory_usage` are fractions 0..1 or None
+    when the engine does not report them (unknown never filters an endpoint out).
+    """
 
     id: str
     model: str
@@ -23,3 +39,17 @@ class EndpointView:
     healthy: bool
     in_flight: int
     latency_ewma_s: float
+    latency_p95_s: float = 0.0
+    latency_peak_ewma_s: float = 0.0
+    ttft_s: float = 0.0
+    error_rate: float = 0.0
+    qps: float = 0.0
+    queue_depth: int = 0  # requests waiting inside the engine (from its /metrics)
+    kv_cache_usage: float | None = None
+    memory_usage: float | None = None
+    dynamic_weight: float = 1.0
+    capabilities: frozenset[str] | None = None  # None: not declared, assumed capable
+    context_window: int | None = None
+    tier: str | None = None
+    cost_per_1k_tokens: float = 0.0
+    sla_ms: float | None = None  # the model's latency SLA

@@ -57,6 +57,7 @@ class ModelEntry:
     max_concurrency: int | None = None
     tokenizer_family: str | None = None
     version: str | None = None
+    fallbacks: tuple[str, ...] = ()  # models to try, in order, when every endpoint of this one fails
 
 
 @dataclass(frozen=True, slots=True)

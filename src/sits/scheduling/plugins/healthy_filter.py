@@ -1,15 +1,34 @@
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
+from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
+class HealthyFilterParams(PluginParams):
+    max_error_rate: float = 1.0  # an endpoint failing more often than this counts as unhealthy
+    fail_open: bool = True  # if none is healthy, keep all: a guess beats a certain failure
+
+
 class HealthyFilter:
-    """Keeps healthy endpoints; if none is healthy, keeps all (a guess beats a certain failure)."""
+    """Keeps healthy endpoints whose recent error rate is within bounds."""
 
     name = "healthy-filter"
+    Params = HealthyFilterParams
 
-    def filter(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> Sequence[EndpointView]:
-        healthy = [e for e in endpoints if e.healthy]
-        return healthy or endpoints
+    def __init__(self, params: HealthyFilterParams | None = None) -> None:
+        p = params or HealthyFilterParams()
+        self._max_error_rate = p.max_error_rate
+        self._fail_open = p.fail_open
+
+    def filter(
+        self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
+    ) -> Sequence[EndpointView]:
+        limit = self._max_error_rate
+        if limit >= 1.0:
+            healthy = [e for e in endpoints if e.healthy]
+        else:
+            healthy = [e for e in endpoints if e.healthy and e.error_rate <= limit]
+        return healthy or (endpoints if self._fail_open else healthy)

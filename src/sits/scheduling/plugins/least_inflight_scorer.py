@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sits.scheduling.params import NoParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
@@ -9,6 +10,10 @@ class LeastInflightScorer:
     """Weighted least connections: fewer in-flight requests per unit of weight scores higher."""
 
     name = "least-inflight-scorer"
+    Params = NoParams
+
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
 
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         loads = [(e.in_flight + 1) / max(e.weight, 1e-9) for e in endpoints]

@@ -1,0 +1,124 @@
+"""The fallback chain: a chain of responsibility over attempt plans.
+
+Plans come best-first: the chosen model's endpoints, then configured fallback
+models, then (after a context-window error only) models with a larger window.
+Only retryable failures move on (connect errors, timeouts, 429, 5xx, in-band
+error events, a stream that breaks before its first byte reached the client), and
+every retry is paid from the retry budget so retries cannot amplify an outage.
+The cache and static-answer steps that follow live in the director.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from sits.errors import SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError
+from sits.pipeline.context import RoutingRequest
+from sits.pipeline.exchange import Exchange
+from sits.state.circuit_breaker import CircuitBreakers
+from sits.state.endpoint_health import HealthBoard
+from sits.state.retry_budget import RetryBudget
+from sits.state.routing_table import Endpoint, ModelEntry
+
+PlanKind = Literal["primary", "fallback", "larger-context"]
+Send = Callable[[Endpoint, str, RoutingRequest, bytes], Awaitable[Exchange]]
+
+_CONTEXT_MARKERS = (b"context_length_exceeded", b"maximum context length", b"context window", b"too many tokens",
+                    b"exceeds the context")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    model: ModelEntry
+    endpoints: tuple[Endpoint, ...]  # best first
+    kind: PlanKind
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackPolicy:
+    max_attempts: int = 4
+    ttft_timeout_s: float = 30.0  # streaming: the first event must arrive within this
+
+
+class AttemptsFailed(Exception):
+    """Every plan was tried or the budget ran out; `last` is the last upstream error (None: nothing tried)."""
+
+    def __init__(self, last: SitsError | None, attempts: list[str], only_unavailable: bool) -> None:
+        super().__init__(last.message if last else "no endpoint available")
+        self.last = last
+        self.attempts = attempts
+        self.only_unavailable = only_unavailable  # nothing answered at all: no capacity rather than a bad answer
+
+
+def is_context_error(error: SitsError) -> bool:
+    return isinstance(error, UpstreamStatusError) and error.upstream_status in (400, 413, 422) and any(
+        marker in error.body.lower() for marker in _CONTEXT_MARKERS)
+
+
+class FallbackChain:
+    def __init__(self, send: Send, budget: RetryBudget, breakers: CircuitBreakers, health: HealthBoard,
+                 clock: Callable[[], float], policy: FallbackPolicy = FallbackPolicy()) -> None:
+        self._send = send
+        self._budget = budget
+        self._breakers = breakers
+        self._health = health
+        self._clock = clock
+        self.policy = policy
+
+    async def run(self, request: RoutingRequest, body: bytes, plans: Iterable[Plan]) -> Exchange:
+        attempts: list[str] = []
+        last: SitsError | None = None
+        only_unavailable = True
+        context_exceeded = False
+        paid = False  # whether the next attempt is a retry the budget must pay for
+        now = self._clock()
+        self._budget.note_request(now)
+        for plan in plans:
+            if plan.kind == "larger-context" and not context_exceeded:
+                continue
+            siblings = [e.id for e in plan.model.endpoints]
+            for endpoint in plan.endpoints:
+                if len(attempts) >= self.policy.max_attempts:
+                    raise AttemptsFailed(last, attempts, only_unavailable)
+                now = self._clock()
+                if not self._breakers.allows(endpoint.id, now):
+                    continue
+                if paid and not self._budget.try_spend(now):
+                    attempts.append(f"{endpoint.id}:retry_budget_exhausted")
+                    raise AttemptsFailed(last, attempts, only_unavailable)
+                self._breakers.on_attempt(endpoint.id, now)
+                try:
+                    exchange = await self._send(endpoint, plan.model.name, request, body)
+                    if request.stream:
+                        await exchange.prefetch_first_chunk(self.policy.ttft_timeout_s)
+                except UpstreamError as exc:
+                    attempts.append(f"{endpoint.id}:{exc.code}")
+                    last = exc
+                    if is_context_error(exc):
+                        context_exceeded = True
+                        only_unavailable = False
+                        break  # this model's window is too small: every replica would say the same
+                    if not exc.retryable:
+                        exc.headers = (*exc.headers, ("x-sits-attempts", ",".join(attempts)))
+                        raise
+                    self._note_failure(endpoint.id, exc, siblings)
+                    unreached = isinstance(exc, UpstreamConnectError)
+                    only_unavailable = only_unavailable and unreached
+                    # A refused connection cost the upstream nothing, so retrying it amplifies nothing.
+                    paid = not unreached
+                    continue
+                self._breakers.on_success(endpoint.id)
+                self._health.request_succeeded(endpoint.id)
+                attempts.append(f"{endpoint.id}:ok")
+                exchange.attempts = ",".join(attempts)
+                return exchange
+        raise AttemptsFailed(last, attempts, only_unavailable)
+
+    def _note_failure(self, endpoint_id: str, error: UpstreamError, siblings: list[str]) -> None:
+        if isinstance(error, UpstreamStatusError) and error.upstream_status == 429:
+            return  # busy, not broken
+        now = self._clock()
+        self._breakers.on_failure(endpoint_id, now)
+        self._health.request_failed(endpoint_id, now, siblings)

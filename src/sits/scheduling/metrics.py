@@ -1,0 +1,54 @@
+"""Per-plugin timings and decision counters the framework records.
+
+Plain counters in memory: the telemetry layer reads `snapshot()` and exports them.
+The timer is injected (e.g. `time.perf_counter_ns`) so scheduling reads no clock itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PluginTiming:
+    name: str
+    calls: int
+    total_ns: int
+    clamped: int  # calls whose scores had to be forced into [0, 1]
+    broken: int  # calls that returned the wrong number of scores
+
+
+class SchedulingMetrics:
+    __slots__ = ("timer", "_calls", "_ns", "_clamped", "_broken", "decisions", "empty")
+
+    def __init__(self, timer: Callable[[], int]) -> None:
+        self.timer = timer
+        self._calls: dict[str, int] = {}
+        self._ns: dict[str, int] = {}
+        self._clamped: dict[str, int] = {}
+        self._broken: dict[str, int] = {}
+        self.decisions: dict[str, int] = {}  # by profile
+        self.empty: dict[tuple[str, str], int] = {}  # (profile, filter) that left no candidate
+
+    def observe(self, plugin: str, ns: int) -> None:
+        self._calls[plugin] = self._calls.get(plugin, 0) + 1
+        self._ns[plugin] = self._ns.get(plugin, 0) + ns
+
+    def clamped(self, plugin: str) -> None:
+        self._clamped[plugin] = self._clamped.get(plugin, 0) + 1
+
+    def broken(self, plugin: str) -> None:
+        self._broken[plugin] = self._broken.get(plugin, 0) + 1
+
+    def decided(self, profile: str) -> None:
+        self.decisions[profile] = self.decisions.get(profile, 0) + 1
+
+    def no_candidate(self, profile: str, filter_name: str) -> None:
+        key = (profile, filter_name)
+        self.empty[key] = self.empty.get(key, 0) + 1
+
+    def snapshot(self) -> list[PluginTiming]:
+        names = sorted(set(self._calls) | set(self._clamped) | set(self._broken))
+        return [PluginTiming(n, self._calls.get(n, 0), self._ns.get(n, 0), self._clamped.get(n, 0),
+                             self._broken.get(n, 0)) for n in names]

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from sits.scheduling.params import PluginParams
+from sits.scheduling.types import EndpointView, SchedulingRequest
+
+
+class CapabilityFilterParams(PluginParams):
+    undeclared_is_capable: bool = True  # an endpoint that declares no capabilities is assumed able
+
+
+class CapabilityFilter:
+    """Keeps endpoints offering every capability the request needs (tools, vision, JSON output...)."""
+
+    name = "capability-filter"
+    Params = CapabilityFilterParams
+
+    def __init__(self, params: CapabilityFilterParams | None = None) -> None:
+        self._undeclared_ok = (params or CapabilityFilterParams()).undeclared_is_capable
+
+    def filter(
+        self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
+    ) -> Sequence[EndpointView]:
+        needs = request.needs
+        if not needs:
+            return endpoints
+        ok = self._undeclared_ok
+        return [e for e in endpoints if (ok if e.capabilities is None else needs <= e.capabilities)]

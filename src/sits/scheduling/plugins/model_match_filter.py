@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from sits.scheduling.params import NoParams
+from sits.scheduling.types import EndpointView, SchedulingRequest
+
+
+class ModelMatchFilter:
+    """Keeps endpoints that serve the requested model (the director resolves aliases first)."""
+
+    name = "model-match-filter"
+    Params = NoParams
+
+    def __init__(self, params: NoParams | None = None) -> None:
+        pass
+
+    def filter(
+        self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
+    ) -> Sequence[EndpointView]:
+        model = request.model
+        return [e for e in endpoints if e.model == model]

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from sits.scheduling.params import PluginParams
+from sits.scheduling.types import EndpointView, SchedulingRequest
+
+
+class SlaFilterParams(PluginParams):
+    default_sla_ms: float | None = Field(default=None, gt=0)  # when neither request nor model sets one
+    fail_open: bool = True  # if no endpoint meets the SLA, keep all: late beats never
+
+
+class SlaFilter:
+    """Keeps endpoints whose p95 latency is below the SLA (the request's, else the model's, else default).
+
+    An endpoint with no latency observed yet (p95 == 0) passes: it must get traffic to be measured.
+    """
+
+    name = "sla-filter"
+    Params = SlaFilterParams
+
+    def __init__(self, params: SlaFilterParams | None = None) -> None:
+        p = params or SlaFilterParams()
+        self._default_ms = p.default_sla_ms
+        self._fail_open = p.fail_open
+
+    def filter(
+        self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
+    ) -> Sequence[EndpointView]:
+        request_ms = request.sla_ms
+        default_ms = self._default_ms
+        kept = []
+        for e in endpoints:
+            bound = request_ms or e.sla_ms or default_ms
+            if bound is None or e.latency_p95_s * 1000.0 <= bound:
+                kept.append(e)
+        return kept or (endpoints if self._fail_open else kept)

@@ -1,0 +1,39 @@
+"""The scheduler: a profile handler over named profiles, plus shadow profiles and metrics."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sits.scheduling.framework import DEFAULT_PICK_LIMIT, Decision, Profile
+from sits.scheduling.metrics import SchedulingMetrics
+from sits.scheduling.profile_handlers import ProfileHandler
+from sits.scheduling.types import EndpointView, SchedulingRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    handler: ProfileHandler
+    profiles: Mapping[str, Profile]
+    shadows: tuple[str, ...] = ()
+    metrics: SchedulingMetrics | None = None
+    # Shadows draw from their own RNG so that adding one never changes the primary's picks.
+    shadow_rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def schedule(
+        self,
+        request: SchedulingRequest,
+        endpoints: Sequence[EndpointView],
+        rng: random.Random,
+        limit: int = DEFAULT_PICK_LIMIT,
+    ) -> Decision:
+        """Pure given (request, endpoints, rng state) and the stateful pickers' own cursors."""
+        primary = self.handler.choose(request, rng)
+        decision = self.profiles[primary].run(request, endpoints, rng, self.metrics, limit)
+        if not self.shadows:
+            return decision
+        shadows = tuple(self.profiles[s].run(request, endpoints, self.shadow_rng, None, limit)
+                        for s in self.shadows if s != primary)
+        return Decision(decision.candidates, decision.profile, decision.reason, decision.scored,
+                        decision.scores, decision.totals, shadows)

@@ -1,0 +1,70 @@
+"""Per-endpoint circuit breakers: closed -> open -> half-open -> closed.
+
+Closed: traffic flows; `failure_threshold` consecutive failures open the circuit.
+Open: no traffic for `open_s`. Half-open: one trial request at a time; its success
+closes the circuit, its failure opens it again. Complements outlier ejection (which
+takes a replica out for tens of seconds): the breaker reacts within one request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+CircuitState = Literal["closed", "open", "half-open"]
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerPolicy:
+    failure_threshold: int = 5
+    open_s: float = 5.0
+
+
+@dataclass(slots=True)
+class _Breaker:
+    state: CircuitState = "closed"
+    failures: int = 0
+    opened_at: float = 0.0
+    trial_in_flight: bool = False
+    opened_count: int = 0
+
+
+class CircuitBreakers:
+    def __init__(self, policy: BreakerPolicy = BreakerPolicy()) -> None:
+        self.policy = policy
+        self._by_id: dict[str, _Breaker] = {}
+
+    def state(self, endpoint_id: str, now: float) -> CircuitState:
+        breaker = self._by_id.get(endpoint_id)
+        if breaker is None:
+            return "closed"
+        if breaker.state == "open" and now - breaker.opened_at >= self.policy.open_s:
+            breaker.state = "half-open"
+            breaker.trial_in_flight = False
+        return breaker.state
+
+    def allows(self, endpoint_id: str, now: float) -> bool:
+        state = self.state(endpoint_id, now)
+        if state == "closed":
+            return True
+        return state == "half-open" and not self._by_id[endpoint_id].trial_in_flight
+
+    def on_attempt(self, endpoint_id: str, now: float) -> None:
+        if self.state(endpoint_id, now) == "half-open":
+            self._by_id[endpoint_id].trial_in_flight = True
+
+    def on_success(self, endpoint_id: str) -> None:
+        breaker = self._by_id.get(endpoint_id)
+        if breaker is not None:
+            breaker.state, breaker.failures, breaker.trial_in_flight = "closed", 0, False
+
+    def on_failure(self, endpoint_id: str, now: float) -> None:
+        breaker = self._by_id.setdefault(endpoint_id, _Breaker())
+        breaker.failures += 1
+        if breaker.state == "half-open" or (breaker.state == "closed"
+                                            and breaker.failures >= self.policy.failure_threshold):
+            breaker.state, breaker.opened_at, breaker.trial_in_flight = "open", now, False
+            breaker.opened_count += 1
+
+    def forget(self, endpoint_id: str) -> None:
+        self._by_id.pop(endpoint_id, None)
