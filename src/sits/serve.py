@@ -15,6 +15,7 @@ from sits.backends.local.supervisor import LocalWorkerPool
 from sits.control.config import EndpointConfig, GatewayConfig, ModelConfig
 from sits.control.local_models import local_model_specs
 from sits.settings import Settings
+from sits.runtime.gc_tuning import freeze_startup_heap
 from sits.telemetry.logging_setup import configure_logging
 
 log = logging.getLogger("sits")
@@ -31,6 +32,7 @@ async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool
     gateway = Gateway(settings, config)
     sock = _reuse_port_socket(gateway.host, gateway.port) if reuse_port else None
     await gateway.start(sock)
+    freeze_startup_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
