@@ -124,6 +124,9 @@ class FakeUpstream:
                 await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
                 if self.chunk_delay:
                     await asyncio.sleep(self.chunk_delay)
+            finish = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                      "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            await response.write(b"data: " + orjson.dumps(finish) + b"\n\n")
             if (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
                          "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": self.stream_chunks,

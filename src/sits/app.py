@@ -34,6 +34,8 @@ from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.local_models import local_model_specs
 from sits.control.registry import Registry
 from sits.control.registry_records import records_from_config
+from sits.pipeline.cache_embedder import load_minilm_embedder
+from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
 from sits.pipeline.fallback import FallbackPolicy
 from sits.pipeline.fallback import FallbackPolicy
@@ -48,6 +50,7 @@ from sits.state.registry_store import RegistryStore
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.routing_table import RoutingTable
+from sits.state.semantic_cache import build_semantic_cache
 
 log = logging.getLogger("sits")
 
@@ -93,12 +96,14 @@ class Gateway:
         self.scheduling_metrics = SchedulingMetrics(time.perf_counter_ns)
         self._scheduler = build_scheduler(DEFAULT_POLICY, metrics=self.scheduling_metrics)
         resilience = config.resilience
+        self._answers = CacheStep(config.semantic_cache, resilience.static_answer)
         self._breakers = CircuitBreakers(BreakerPolicy(resilience.breaker_failure_threshold, resilience.breaker_open_s))
         director = Director(
             self.routing_table, self._scheduler, backend, self._stats, self._health,
             self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
                                                           resilience.min_retries_per_window)),
-            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s), self._clock, random.Random(rng_seed),
+            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s), self._answers, self._clock,
+            random.Random(rng_seed),
         )
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()))
         health = HealthRoutes(self.readiness)
@@ -151,6 +156,7 @@ class Gateway:
     async def start(self, sock: socket.socket | None = None) -> None:
         """Start local model workers, load the registry, start health probes, then accept connections."""
         local_urls = await self._start_local_models()
+        await self._open_cache()
         await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
         loop = asyncio.get_running_loop()
@@ -162,6 +168,7 @@ class Gateway:
             self._server = await loop.create_server(protocol, sock=sock, backlog=2048)
         else:
             self._server = await loop.create_server(protocol, self.host, self.port, backlog=2048, reuse_address=True)
+        self._tracker.start_idle_sweep(self._limits.keep_alive_timeout_s)
         log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
                  ", ".join(self.routing_table().names()))
 
@@ -175,10 +182,12 @@ class Gateway:
         while self._tracker.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         self._tracker.close_all()
+        self._tracker.stop_idle_sweep()
         if self._prober_task is not None:
             self._prober_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._prober_task
+        await self._answers.close()
         await self._guarded_pool.close()
         await self._pool.close()
         if self._local is not None:
@@ -198,6 +207,14 @@ class Gateway:
     def bound_port(self) -> int:
         assert self._server is not None and self._server.sockets
         return int(self._server.sockets[0].getsockname()[1])
+
+    async def _open_cache(self) -> None:
+        cfg = self.config.semantic_cache
+        if not cfg.enabled:
+            return
+        # The embedding model loads once, here (seconds), never on a request; exact-only needs none.
+        embedder = await load_minilm_embedder() if cfg.threshold < 1.0 else None
+        self._answers.attach(build_semantic_cache(cfg, embedder, self._clock))
 
     async def _start_local_models(self) -> Mapping[str, str]:
         specs = local_model_specs(self.config)

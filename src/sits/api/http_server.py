@@ -47,10 +47,30 @@ class _Rejected(Exception):
 
 
 class ConnectionTracker:
-    """The server's live connections, for draining on shutdown."""
+    """The server's live connections: for draining on shutdown, and for closing idle
+    keep-alive connections with one periodic sweep rather than a timer per request."""
 
     def __init__(self) -> None:
         self.connections: set[HttpServerProtocol] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def start_idle_sweep(self, idle_timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        period = max(0.5, idle_timeout_s / 4)
+
+        def sweep() -> None:
+            deadline = loop.time() - idle_timeout_s
+            for conn in list(self.connections):
+                if conn.idle_since is not None and conn.idle_since < deadline:
+                    conn.close()
+            self._sweeper = loop.call_later(period, sweep)
+
+        self._sweeper = loop.call_later(period, sweep)
+
+    def stop_idle_sweep(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
 
     def busy(self) -> int:
         return sum(1 for c in self.connections if c.busy)
@@ -92,19 +112,18 @@ class HttpServerProtocol(asyncio.Protocol):
         self._closed = False
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self.idle_since: float | None = None  # loop time the connection last became idle
 
     # -- connection events ---------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._tracker.connections.add(self)
-        self._arm_idle_timer()
+        self.idle_since = self._loop.time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._tracker.connections.discard(self)
-        self._cancel_idle_timer()
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client went away: stop its upstream work too
         if self._drain_waiter is not None and not self._drain_waiter.done():
@@ -139,7 +158,7 @@ class HttpServerProtocol(asyncio.Protocol):
     # -- parser callbacks ----------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self._cancel_idle_timer()
+        self.idle_since = None
         self._url = b""
         self._headers = {}
         self._header_bytes = 0
@@ -197,7 +216,7 @@ class HttpServerProtocol(asyncio.Protocol):
                 return
         if self._transport is not None and not self._closed:
             self._transport.resume_reading()
-            self._arm_idle_timer()
+            self.idle_since = self._loop.time()
 
     def _write_response(self, response: HttpResponse, keep_alive: bool) -> None:
         if self._closed or self._transport is None:
@@ -229,17 +248,24 @@ class HttpServerProtocol(asyncio.Protocol):
             for name, value in response.headers:
                 head.append(name + b": " + value + b"\r\n")
             head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
-            transport.write(b"".join(head))
+            pending: bytes | None = b"".join(head)  # sent with the first chunk: one write, not two
+            terminated = False
             async for chunk in chunks:
-                if not chunk:
+                if not chunk or terminated:
                     continue
                 if self._closed:
                     return
-                transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                framed = b"%x\r\n%b\r\n" % (len(chunk), chunk)
+                if chunk.endswith(b"data: [DONE]\n\n"):
+                    framed += b"0\r\n\r\n"  # the stream's last event: close the body in the same write
+                    terminated = True
+                if pending is not None:
+                    framed, pending = pending + framed, None
+                transport.write(framed)
                 if self._write_paused:
                     await self._drain()
             if not self._closed:
-                transport.write(b"0\r\n\r\n")
+                transport.write((pending or b"") + (b"" if terminated else b"0\r\n\r\n"))
         except Exception:
             # Headers are gone already: the only honest signal left is an unterminated body.
             log.exception("stream relay failed")
@@ -274,15 +300,3 @@ class HttpServerProtocol(asyncio.Protocol):
             raise _Rejected(
                 HeadersTooLarge(f"request headers exceed the limit of {self._limits.max_header_bytes} bytes")
             )
-
-    def _arm_idle_timer(self) -> None:
-        self._idle_timer = self._loop.call_later(self._limits.keep_alive_timeout_s, self._close_if_idle)
-
-    def _cancel_idle_timer(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-
-    def _close_if_idle(self) -> None:
-        if not self.busy and not self._pending:
-            self.close()

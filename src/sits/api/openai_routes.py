@@ -13,6 +13,9 @@ from sits.api.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, 
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import AUTO_MODEL, Director
+from sits.pipeline.cache_keys import cache_scope
+from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json, render_completion, render_sse, replay
+from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.exchange import Exchange
 from sits.state.routing_table import RoutingTable
 
@@ -61,9 +64,12 @@ class OpenAIRoutes:
         if body.model_extra:
             self._note_unknown_fields(api, body.model_extra)
         stream = bool(getattr(body, "stream", False))
+        scope = cache_scope(None, _bearer_token(request)) if self._director.caching else "anonymous"
         routing = RoutingRequest(api=api, model=body.model, stream=stream, request_id=request_id,
-                                 prompt_text=prompt_text)
+                                 prompt_text=prompt_text, cache_scope=scope)
         exchange = await self._director.run(routing, request.body)
+        if isinstance(exchange, CannedAnswer):
+            return _canned(exchange, request_id, stream, body)
         headers = [
             (b"x-sits-model", exchange.model.encode()),
             (b"x-sits-endpoint", exchange.endpoint.id.encode()),
@@ -71,8 +77,10 @@ class OpenAIRoutes:
             (b"x-sits-attempts", exchange.attempts.encode("latin-1", "replace")),
         ]
         if stream:
-            return StreamingResponse(200, _relay_stream(exchange), headers=headers)
+            return StreamingResponse(200, self._relay_stream(exchange, api), headers=headers)
         payload = await exchange.read()
+        if exchange.cache_key is not None:
+            self._director.remember(exchange, completion_from_json(api, payload))
         content_type = exchange.response.headers.get("content-type", "application/json").encode("latin-1")
         return HttpResponse(200, payload, content_type=content_type, headers=headers)
 
@@ -85,17 +93,44 @@ class OpenAIRoutes:
                 log.info("forwarding field unknown to SITS unchanged: %s in %s", name, api)
 
 
-async def _relay_stream(exchange: Exchange) -> AsyncIterator[bytes]:
-    """Relay upstream SSE bytes as they come. A stream that breaks gets an SSE error event and
-    ends without `[DONE]`, so a client can never mistake a cut answer for a complete one."""
-    tail = b""
-    try:
-        async for chunk in exchange.chunks():
-            tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
-            yield chunk
-        if b"[DONE]" not in tail:
-            raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
-    except SitsError as exc:
-        log.warning("stream from %s failed: %s", exchange.endpoint.id, exc.message)
-        event = {"error": {"message": exc.message, "type": exc.error_type, "param": None, "code": exc.code}}
-        yield b"data: " + orjson.dumps(event) + b"\n\n"
+    async def _relay_stream(self, exchange: Exchange, api: str) -> AsyncIterator[bytes]:
+        """Relay upstream SSE bytes as they come. A stream that breaks gets an SSE error event and
+        ends without `[DONE]`, so a client can never mistake a cut answer for a complete one."""
+        tail = b""
+        accumulator = CompletionAccumulator(api) if exchange.cache_key is not None else None
+        try:
+            async for chunk in exchange.chunks():
+                tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
+                if accumulator is not None:
+                    accumulator.feed(chunk)
+                yield chunk
+            if b"[DONE]" not in tail:
+                raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
+        except SitsError as exc:
+            yield _error_event(exchange, exc)
+            return
+        if accumulator is not None:
+            self._director.remember(exchange, accumulator.result())
+
+
+def _error_event(exchange: Exchange, exc: SitsError) -> bytes:
+    log.warning("stream from %s failed: %s", exchange.endpoint.id, exc.message)
+    event = {"error": {"message": exc.message, "type": exc.error_type, "param": None, "code": exc.code}}
+    return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+def _canned(answer: CannedAnswer, request_id: str, stream: bool, body: Any) -> HttpResponse | StreamingResponse:
+    """A cache hit or the static template, in the shape the client asked for."""
+    headers = [(b"x-sits-model", answer.model.encode()), answer.header,
+               (b"x-sits-route", answer.route.encode("latin-1", "replace")),
+               (b"x-sits-attempts", answer.attempts.encode("latin-1", "replace"))]
+    if stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(200, replay(render_sse(answer.hit, request_id, include_usage=include_usage)),
+                                 headers=headers)
+    return HttpResponse(200, render_completion(answer.hit, request_id), headers=headers)
+
+
+def _bearer_token(request: HttpRequest) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None

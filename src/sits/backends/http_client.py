@@ -54,7 +54,7 @@ class _StaleConnection(Exception):
 class UpstreamResponse:
     """Status, headers and a body that arrives in chunks."""
 
-    __slots__ = ("status", "headers", "_chunks", "_buffered", "_done", "_error", "_waiter", "_conn")
+    __slots__ = ("status", "headers", "_chunks", "_buffered", "_done", "_error", "_waiter", "_conn", "_loop")
 
     def __init__(self, conn: _UpstreamConnection) -> None:
         self.status = 0
@@ -65,6 +65,7 @@ class UpstreamResponse:
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._conn: _UpstreamConnection | None = conn
+        self._loop = conn._loop  # asyncio.get_running_loop() costs a getpid() per call on 3.11
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -99,7 +100,7 @@ class UpstreamResponse:
     async def _wait(self) -> None:
         if self._error is not None:
             raise self._error
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sits.errors import ConfigError
+from sits.state.semantic_cache import SemanticCacheConfig
 
 Tier = Literal["tiny", "base", "heavy"]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -66,6 +67,7 @@ class ModelConfig(_Strict):
     endpoints: list[EndpointConfig] = []
     local: LocalModelConfig | None = None
     fallbacks: list[str] = []  # models tried in order when every endpoint of this one fails
+    cache: bool = False  # answer from the semantic cache before calling an upstream
     capabilities: list[str] = []
     context_window: Annotated[int, Field(ge=1)] | None = None
     latency_p95_ms: PositiveFloat | None = None
@@ -128,11 +130,14 @@ class ResilienceConfig(_Strict):
     ttft_timeout_s: PositiveFloat = 30.0  # streaming: first event within this, else fall back
     breaker_failure_threshold: Annotated[int, Field(ge=1)] = 5
     breaker_open_s: PositiveFloat = 5.0
+    # The last step of every fallback chain: this text, as a normal answer marked `x-sits-fallback: static-template`.
+    static_answer: Annotated[str, Field(min_length=1, max_length=4000)] | None = None
 
 
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
     resilience: ResilienceConfig = ResilienceConfig()
+    semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
     control: ControlConfig = ControlConfig()
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False

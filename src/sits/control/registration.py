@@ -45,6 +45,7 @@ class _ModelFields(_Strict):
     version: Label | None = None
     aliases: list[Name] | None = None
     fallbacks: list[Name] | None = None
+    cache: bool | None = None
 
 
 class ModelRegistration(_ModelFields):

@@ -38,6 +38,7 @@ def build_routing_table(
             tokenizer_family=record.tokenizer_family,
             version=record.version,
             fallbacks=record.fallbacks,
+            cache=record.cache,
         )
         for alias in record.aliases:
             all_aliases[alias] = record.name

@@ -19,3 +19,4 @@ class RoutingRequest:
     prompt_text: str = ""
     priority: str = "P1"
     tenant: str | None = None
+    cache_scope: str = "anonymous"  # whose cache entries this request may see

@@ -14,6 +14,8 @@ import orjson
 from sits.backends.openai_upstream import OpenAIUpstream
 from sits.errors import ModelNotFound, Overloaded, SitsError
 from sits.pipeline.context import RoutingRequest
+from sits.pipeline.cache_step import CacheStep
+from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
@@ -23,6 +25,7 @@ from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 from sits.state.retry_budget import RetryBudget
+from sits.state.semantic_cache import CachedCompletion
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.understanding.tier_rule import choose_tier, nearest_tiers
 
@@ -41,10 +44,12 @@ class Director:
         breakers: CircuitBreakers,
         budget: RetryBudget,
         fallback_policy: FallbackPolicy,
+        answers: CacheStep,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
         self._health = health
+        self._answers = answers
         self._breakers = breakers
         self._chain = FallbackChain(self._send, budget, breakers, health, clock, fallback_policy)
         self._table = table
@@ -54,19 +59,38 @@ class Director:
         self._clock = clock
         self._rng = rng
 
-    async def run(self, request: RoutingRequest, body: bytes) -> Exchange:
-        """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange."""
+    async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer:
+        """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
+        or answer from the cache / static template."""
         table = self._table()
         model, why = self._resolve_model(table, request)
+        key = self._answers.key(request, body) if self._answers.enabled else None
+        if key is not None:
+            hit = await self._answers.before_upstream(key, opted_in=model.cache)
+            if hit is not None:
+                return CannedAnswer(hit, model.name, f"cache{why}")
         now = self._clock()
         self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
         primary, route = self._plan(model, request, now, "primary")
         try:
             exchange = await self._chain.run(request, body, self._plans(table, primary, request, now))
         except AttemptsFailed as failed:
-            raise _final_error(model.name, failed) from None
+            hit = await self._answers.last_resort(key, request, model.name)
+            if hit is None:
+                raise _final_error(model.name, failed) from None
+            kind = "static-template" if hit.match == "static" else "semantic-cache"
+            return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts))
         exchange.route = route + why if exchange.model == model.name else f"{route}{why}; fallback={exchange.model}"
+        exchange.cache_key = key
         return exchange
+
+    @property
+    def caching(self) -> bool:
+        return self._answers.enabled
+
+    def remember(self, exchange: Exchange, completion: CachedCompletion | None) -> None:
+        """A complete, good answer: keep it for the cache steps."""
+        self._answers.remember(exchange.cache_key, completion)
 
     def _plans(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float) -> Iterator[Plan]:
         """Best first: the chosen model, its configured fallbacks, then (used only after a

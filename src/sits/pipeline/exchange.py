@@ -10,11 +10,12 @@ import orjson
 from sits.backends.http_client import UpstreamResponse
 from sits.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from sits.state.endpoint_stats import EndpointStats
+from sits.state.semantic_cache import CacheKey
 from sits.state.routing_table import Endpoint
 
 
 class Exchange:
-    __slots__ = ("endpoint", "model", "route", "response", "attempts", "_stats", "_clock", "_started", "_open",
+    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "_stats", "_clock", "_started", "_open",
                  "_chunks", "_first")
 
     def __init__(
@@ -32,6 +33,7 @@ class Exchange:
         self.route = route
         self.response = response
         self.attempts = ""
+        self.cache_key: CacheKey | None = None  # set when the answer may be stored for the cache steps
         self._stats = stats
         self._clock = clock
         self._started = started

@@ -58,6 +58,7 @@ class ModelEntry:
     tokenizer_family: str | None = None
     version: str | None = None
     fallbacks: tuple[str, ...] = ()  # models to try, in order, when every endpoint of this one fails
+    cache: bool = False  # answer from the semantic cache before calling an upstream (opt-in)
 
 
 @dataclass(frozen=True, slots=True)
