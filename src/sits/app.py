@@ -34,6 +34,7 @@ from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.local_models import local_model_specs
 from sits.control.registry import Registry
 from sits.control.registry_records import records_from_config
+from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
@@ -97,15 +98,16 @@ class Gateway:
         self._scheduler = build_scheduler(DEFAULT_POLICY, metrics=self.scheduling_metrics)
         resilience = config.resilience
         self._answers = CacheStep(config.semantic_cache, resilience.static_answer)
+        self.admission = Admission(config.admission, self.routing_table, self._clock) if config.admission.enabled else None
         self._breakers = CircuitBreakers(BreakerPolicy(resilience.breaker_failure_threshold, resilience.breaker_open_s))
         director = Director(
             self.routing_table, self._scheduler, backend, self._stats, self._health,
             self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
                                                           resilience.min_retries_per_window)),
-            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s), self._answers, self._clock,
-            random.Random(rng_seed),
+            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s), self._answers, self.admission,
+            self._clock, random.Random(rng_seed),
         )
-        openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()))
+        openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission)
         health = HealthRoutes(self.readiness)
         control_routes = ControlRoutes(
             self.registry, AdminGuard(settings.secrets.get(control.admin_key_env)), self._health, self._breakers,

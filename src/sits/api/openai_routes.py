@@ -13,6 +13,7 @@ from sits.api.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, 
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import AUTO_MODEL, Director
+from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
 from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json, render_completion, render_sse, replay
 from sits.pipeline.canned_answer import CannedAnswer
@@ -25,8 +26,10 @@ _SEEN_UNKNOWN_LIMIT = 256
 
 
 class OpenAIRoutes:
-    def __init__(self, director: Director, table: Callable[[], RoutingTable], created: int) -> None:
+    def __init__(self, director: Director, table: Callable[[], RoutingTable], created: int,
+                 admission: Admission | None = None) -> None:
         self._director = director
+        self._admission = admission
         self._table = table
         self._created = created
         self._unknown_fields_seen: set[str] = set()
@@ -64,9 +67,12 @@ class OpenAIRoutes:
         if body.model_extra:
             self._note_unknown_fields(api, body.model_extra)
         stream = bool(getattr(body, "stream", False))
-        scope = cache_scope(None, _bearer_token(request)) if self._director.caching else "anonymous"
+        token = _bearer_token(request) if self._director.caching or self._admission else None
+        scope = cache_scope(None, token) if self._director.caching else "anonymous"
+        priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, body.model) \
+            if self._admission is not None else 1
         routing = RoutingRequest(api=api, model=body.model, stream=stream, request_id=request_id,
-                                 prompt_text=prompt_text, cache_scope=scope)
+                                 prompt_text=prompt_text, cache_scope=scope, priority=priority)
         exchange = await self._director.run(routing, request.body)
         if isinstance(exchange, CannedAnswer):
             return _canned(exchange, request_id, stream, body)

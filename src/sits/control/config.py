@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sits.errors import ConfigError
+from sits.state.admission_config import AdmissionConfig
 from sits.state.semantic_cache import SemanticCacheConfig
 
 Tier = Literal["tiny", "base", "heavy"]
@@ -138,6 +139,7 @@ class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
     resilience: ResilienceConfig = ResilienceConfig()
     semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     control: ControlConfig = ControlConfig()
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False

@@ -17,6 +17,6 @@ class RoutingRequest:
     stream: bool
     request_id: str
     prompt_text: str = ""
-    priority: str = "P1"
+    priority: int = 1  # admission class: 0 real-time, 1 interactive, 2 batch
     tenant: str | None = None
     cache_scope: str = "anonymous"  # whose cache entries this request may see

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
-from sits.errors import ModelNotFound, Overloaded, SitsError
+from sits.errors import ModelNotFound, Overloaded, SitsError, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.context import RoutingRequest
+from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.exchange import Exchange
@@ -45,11 +46,13 @@ class Director:
         budget: RetryBudget,
         fallback_policy: FallbackPolicy,
         answers: CacheStep,
+        admission: Admission | None,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
         self._health = health
         self._answers = answers
+        self._admission = admission
         self._breakers = breakers
         self._chain = FallbackChain(self._send, budget, breakers, health, clock, fallback_policy)
         self._table = table
@@ -70,18 +73,27 @@ class Director:
             if hit is not None:
                 return CannedAnswer(hit, model.name, f"cache{why}")
         now = self._clock()
-        self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
-        primary, route = self._plan(model, request, now, "primary")
+        ticket = await self._admission.admit(model.name, request.priority, now) if self._admission else None
         try:
-            exchange = await self._chain.run(request, body, self._plans(table, primary, request, now))
-        except AttemptsFailed as failed:
-            hit = await self._answers.last_resort(key, request, model.name)
-            if hit is None:
-                raise _final_error(model.name, failed) from None
-            kind = "static-template" if hit.match == "static" else "semantic-cache"
-            return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts))
+            self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
+            primary, route = self._plan(model, request, now, "primary")
+            try:
+                exchange = await self._chain.run(request, body, self._plans(table, primary, request, now))
+            except AttemptsFailed as failed:
+                hit = await self._answers.last_resort(key, request, model.name)
+                if hit is None:
+                    raise _final_error(model.name, failed) from None
+                kind = "static-template" if hit.match == "static" else "semantic-cache"
+                if ticket is not None:
+                    ticket.release()
+                return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts))
+        except BaseException:
+            if ticket is not None:
+                ticket.release()
+            raise
         exchange.route = route + why if exchange.model == model.name else f"{route}{why}; fallback={exchange.model}"
         exchange.cache_key = key
+        exchange.on_finish = ticket.release if ticket is not None else None  # the slot is held until the body ends
         return exchange
 
     @property
@@ -128,12 +140,19 @@ class Director:
         stats = self._stats.get(endpoint.id)
         started = self._clock()
         stats.started()
+        in_flight = stats.in_flight
         try:
             response = await self._backend.send(endpoint, request.api.encode(), body, request.request_id)
-        except BaseException:
-            stats.finished(self._clock() - started, ok=False)
+        except BaseException as exc:
+            now = self._clock()
+            stats.finished(now - started, ok=False)
+            if self._admission is not None and _is_load_signal(exc):
+                self._admission.observe(endpoint.id, now - started, in_flight, True, now)
             raise
-        stats.first_token(self._clock() - started)  # time to response headers: the TTFT a gateway can see
+        now = self._clock()
+        stats.first_token(now - started)  # time to response headers: the TTFT a gateway can see
+        if self._admission is not None:
+            self._admission.observe(endpoint.id, now - started, in_flight, False, now)
         return Exchange(endpoint, model, "", response, stats, self._clock, started)
 
     def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str]:
@@ -188,3 +207,9 @@ def _final_error(model: str, failed: AttemptsFailed) -> SitsError:
     if attempts:
         error.headers = (*error.headers, attempts)
     return error
+
+
+def _is_load_signal(error: BaseException) -> bool:
+    """Failures that say the endpoint is overloaded (what a concurrency limiter must back off from)."""
+    return isinstance(error, UpstreamTimeout) or (
+        isinstance(error, UpstreamStatusError) and error.upstream_status in (429, 503))

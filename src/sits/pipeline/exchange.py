@@ -15,7 +15,7 @@ from sits.state.routing_table import Endpoint
 
 
 class Exchange:
-    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "_stats", "_clock", "_started", "_open",
+    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "_stats", "_clock", "_started", "_open",
                  "_chunks", "_first")
 
     def __init__(
@@ -34,6 +34,7 @@ class Exchange:
         self.response = response
         self.attempts = ""
         self.cache_key: CacheKey | None = None  # set when the answer may be stored for the cache steps
+        self.on_finish: Callable[[], None] | None = None  # e.g. give back the admission slot
         self._stats = stats
         self._clock = clock
         self._started = started
@@ -91,6 +92,8 @@ class Exchange:
         if self._open:
             self._open = False
             self._stats.finished(self._clock() - self._started, ok)
+            if self.on_finish is not None:
+                self.on_finish()
 
 
 def _error_message(event: bytes) -> str:

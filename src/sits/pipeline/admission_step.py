@@ -1,0 +1,37 @@
+"""Admission as the director sees it: one priority gate per model, sized by the adaptive
+concurrency limits of that model's endpoints, fed by every upstream exchange."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sits.pipeline.admission import Priority, PriorityGates, Ticket, gate_policy, limiter_factory, priority_rules
+from sits.state.admission_config import AdmissionConfig
+from sits.state.concurrency_limit import EndpointLimits, LatencySample
+from sits.state.routing_table import RoutingTable
+
+
+class Admission:
+    def __init__(self, config: AdmissionConfig, table: Callable[[], RoutingTable], clock: Callable[[], float]) -> None:
+        self.limits = EndpointLimits(limiter_factory(config))
+        self.rules = priority_rules(config)
+
+        def limit_for(model: str) -> Callable[[], int]:
+            def limit() -> int:
+                entry = table().models.get(model)
+                return self.limits.total(e.id for e in entry.endpoints) if entry is not None else 0
+            return limit
+
+        self.gates = PriorityGates(limit_for, gate_policy(config), clock)
+
+    async def admit(self, model: str, priority: int, now: float) -> Ticket:
+        cls = Priority(priority)
+        return await self.gates.get(model).acquire(cls, self.gates.policy.deadline(cls, now))
+
+    def priority_of(self, header: str | None, api_key: str | None, model: str) -> int:
+        """The request's class from `x-sits-priority`, the API key's and the model's rules (422 if malformed)."""
+        return int(self.rules.resolve(header, api_key, model))
+
+    def observe(self, endpoint_id: str, rtt_s: float, in_flight: int, dropped: bool, now: float) -> None:
+        """`in_flight`: on that endpoint when the request was sent, this one included."""
+        self.limits.get(endpoint_id).update(LatencySample(rtt_s, in_flight, dropped, now))

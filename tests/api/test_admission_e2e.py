@@ -1,0 +1,69 @@
+"""Priority admission through a running gateway."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from tests.conftest import sdk
+
+
+def config(url: str, limit: int, queue_p2: int = 1024) -> dict:
+    return {"server": {"drain_timeout_s": 2},
+            "admission": {"limiter": {"type": "fixed", "limit": limit}, "queue_size": {"P2": queue_p2}},
+            "models": [{"name": "m", "endpoints": [{"url": url}]}]}
+
+
+async def test_invalid_priority_header_is_422_naming_it(upstream, start_gateway):
+    gateway = await start_gateway(config(upstream.url, 4))
+    with pytest.raises(openai.UnprocessableEntityError) as info:
+        await sdk(gateway).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                   extra_headers={"x-sits-priority": "urgent!!"})
+    assert info.value.body["param"] == "x-sits-priority"
+    assert upstream.log.requests == []
+
+
+async def test_p0_goes_ahead_of_queued_p2(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 4, 0.05
+    gateway = await start_gateway(config(upstream.url, 1))
+    client = sdk(gateway)
+    finished: list[str] = []
+
+    async def ask(tag: str, priority: str) -> None:
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": tag}], stream=True,
+            extra_headers={"x-sits-priority": priority})
+        async for _ in stream:
+            pass
+        finished.append(tag)
+
+    holder = asyncio.create_task(ask("holder", "P1"))
+    await asyncio.sleep(0.05)  # the only slot is taken
+    batch = [asyncio.create_task(ask(f"p2-{i}", "batch")) for i in range(4)]
+    await asyncio.sleep(0.05)  # the batch is queued
+    urgent = asyncio.create_task(ask("p0", "realtime"))
+    await asyncio.gather(holder, urgent, *batch)
+    assert finished.index("p0") == 1  # right after the request that held the slot
+
+
+async def test_full_p2_queue_sheds_with_429_and_retry_after(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 4, 0.05
+    gateway = await start_gateway(config(upstream.url, 1, queue_p2=1))
+    client = sdk(gateway)
+
+    async def ask() -> int:
+        try:
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}], stream=True,
+                extra_headers={"x-sits-priority": "P2"})
+            async for _ in stream:
+                pass
+            return 200
+        except openai.APIStatusError as exc:
+            assert exc.response.headers["retry-after"]
+            return exc.status_code
+
+    statuses = await asyncio.gather(*(ask() for _ in range(5)))
+    assert statuses.count(200) >= 2 and 429 in statuses
