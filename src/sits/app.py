@@ -14,6 +14,9 @@ import random
 import socket
 import time
 from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
 
 from sits.api.auth import AdminGuard, DataPlaneKeys
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
@@ -25,6 +28,7 @@ from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLi
 from sits.api.http_types import HttpRequest
 from sits.api.openai_routes import OpenAIRoutes
 from sits.backends.address_policy import AddressPolicy
+from sits.backends.engine_metrics_scraper import EngineMetricsScraper
 from sits.backends.http_client import ConnectionPool
 from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
@@ -34,21 +38,19 @@ from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.local_models import local_model_specs
 from sits.control.registry import Registry
 from sits.control.registry_records import records_from_config
+from sits.errors import ConfigError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
 from sits.pipeline.fallback import FallbackPolicy
-from sits.pipeline.fallback import FallbackPolicy
 from sits.scheduling.metrics import SchedulingMetrics
-from sits.scheduling.policy import DEFAULT_POLICY, build_scheduler
+from sits.scheduling.policy import RoutingPolicy, build_scheduler
 from sits.settings import Settings
-from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.endpoint_health import HealthBoard, HealthPolicy
 from sits.state.endpoint_stats import StatsStore
 from sits.state.registry_store import RegistryStore
-from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache import build_semantic_cache
@@ -58,6 +60,17 @@ log = logging.getLogger("sits")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
+
+
+def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
+    """The `routing:` section, checked here because the config loader does not import scheduling."""
+    try:
+        return RoutingPolicy.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        what = "unknown key" if first["type"] == "extra_forbidden" else str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"invalid configuration: routing{'.' + where if where else ''}: {what}") from None
 
 
 class Gateway:
@@ -74,7 +87,9 @@ class Gateway:
         )
         self._pool = ConnectionPool()  # endpoints the operator configured
         self._guarded_pool = ConnectionPool(address_policy=self._policy)  # endpoints registered at runtime
-        self._stats = StatsStore()
+        policy = routing_policy(config.routing)
+        self._stats = StatsStore(refresh_interval_s=policy.stats_refresh_s,
+                                 engine_max_age_s=policy.engine_metrics.stale_after_s)
         self._health = HealthBoard(HealthPolicy(healthy_threshold=control.health.healthy_threshold,
                                                 unhealthy_threshold=control.health.unhealthy_threshold))
         self._local: LocalWorkerPool | None = None
@@ -93,9 +108,13 @@ class Gateway:
         )
         self._prober = HealthProber(self.routing_table, backend, self._health, self._stats,
                                     ProbeSettings(control.health.interval_s, control.health.timeout_s), self._clock)
-        # TODO(lead): DEFAULT_POLICY -> config.routing once GatewayConfig has the `routing:` section
         self.scheduling_metrics = SchedulingMetrics(time.perf_counter_ns)
-        self._scheduler = build_scheduler(DEFAULT_POLICY, metrics=self.scheduling_metrics)
+        self._scheduler = build_scheduler(policy, metrics=self.scheduling_metrics)
+        self._engine_metrics = EngineMetricsScraper(
+            self._pool, self._stats,
+            lambda: [e for m in self.routing_table().models.values() for e in m.endpoints if not e.guarded],
+            self._clock, interval_s=policy.engine_metrics.interval_s, timeout_s=policy.engine_metrics.timeout_s,
+        ) if policy.engine_metrics.enabled else None
         resilience = config.resilience
         self._answers = CacheStep(config.semantic_cache, resilience.static_answer)
         self.admission = Admission(config.admission, self.routing_table, self._clock) if config.admission.enabled else None
@@ -161,6 +180,8 @@ class Gateway:
         await self._open_cache()
         await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
+        if self._engine_metrics is not None:
+            self._engine_metrics.start()
         loop = asyncio.get_running_loop()
 
         def protocol() -> HttpServerProtocol:
@@ -185,6 +206,8 @@ class Gateway:
             await asyncio.sleep(0.05)
         self._tracker.close_all()
         self._tracker.stop_idle_sweep()
+        if self._engine_metrics is not None:
+            await self._engine_metrics.stop()
         if self._prober_task is not None:
             self._prober_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

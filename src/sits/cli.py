@@ -12,6 +12,7 @@ from sits.control.config import GatewayConfig, load_config
 from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
 from sits.models_cli import add_models_commands
+from sits.simulate import add_simulate_command
 from sits.settings import Settings
 from sits.telemetry.logging_setup import configure_logging
 
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.set_defaults(run=_chat)
 
     add_models_commands(sub)
+    add_simulate_command(sub)
     return parser
 
 

@@ -99,3 +99,12 @@ def test_include_embedded_models_adds_them_next_to_remote_ones():
                                                          ("smollm2-135m", "tiny")]
     plain = parse_config({"models": raw["models"]})
     assert with_embedded_models(plain) is plain
+
+
+def test_bad_routing_policy_fails_at_startup_naming_the_key():
+    from sits.app import routing_policy
+
+    with pytest.raises(ConfigError) as info:
+        routing_policy({"profiles": {"default": {"filters": [], "scorers": [{"type": "no-such-scorer"}],
+                                                 "picker": {"type": "max-score-picker"}}}})
+    assert "routing" in info.value.message and "no-such-scorer" in info.value.message

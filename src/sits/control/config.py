@@ -7,7 +7,7 @@ key, e.g. `models[0].endpoints[1].url: ...`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -140,6 +140,9 @@ class GatewayConfig(_Strict):
     resilience: ResilienceConfig = ResilienceConfig()
     semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    # Routing policy (profiles of filters, scorers, picker): validated by sits.scheduling.policy at startup,
+    # since the control layer does not import scheduling. See docs/scheduling.md.
+    routing: dict[str, Any] = {}
     control: ControlConfig = ControlConfig()
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Sequence
 
@@ -29,9 +28,13 @@ class MaxScorePicker:
             first = rng.choice([i for i in range(n) if scores[i] == best])
         if limit <= 1:
             return [endpoints[first]]
-        others = [i for i in range(n) if i != first]
-        if n <= 64:  # a small sort beats heapq's overhead
-            rest = sorted(others, key=scores.__getitem__, reverse=True)[: limit - 1]
-        else:
-            rest = heapq.nlargest(limit - 1, others, key=scores.__getitem__)
-        return [endpoints[first], *(endpoints[i] for i in rest)]
+        # limit is small (the director tries 3): repeated C-level max() beats a sort or a keyed heap
+        remaining = list(scores)
+        remaining[first] = float("-inf")
+        picked = [endpoints[first]]
+        for _ in range(min(limit, n) - 1):
+            top = max(remaining)
+            i = remaining.index(top)
+            picked.append(endpoints[i])
+            remaining[i] = float("-inf")
+        return picked
