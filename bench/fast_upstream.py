@@ -1,0 +1,220 @@
+"""A fixed-answer OpenAI-compatible upstream, fast enough never to be the bottleneck.
+
+Raw asyncio.Protocol + httptools (llhttp) on uvloop; every response is prebuilt bytes.
+
+- POST /v1/chat/completions            -> one small chat.completion JSON (Content-Length)
+- POST /v1/chat/completions stream=true -> 8 chat.completion.chunk SSE events + [DONE],
+                                           chunked transfer encoding, one write
+- GET  /v1/models, GET /health          -> model list / ok
+- GET  /stats                           -> {"connections": opened so far, "completions": answered so far}
+- anything else                         -> 404 JSON
+
+HTTP/1.1 keep-alive and pipelining (answers in order). Bound to 127.0.0.1 only.
+Prints "PORT <n>" on stdout once listening (use --port 0 for a free port).
+
+    python bench/fast_upstream.py --port 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import httptools
+import orjson
+
+MODEL = "bench-model"
+CREATED = 1700000000
+STREAM_EVENTS = 8  # chat.completion.chunk events before [DONE]
+
+
+def _completion_body() -> bytes:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": CREATED,
+            "model": MODEL,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Hello from the bench upstream."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16},
+        }
+    )
+
+
+def _chunk(delta: dict, finish_reason: str | None) -> bytes:
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+    )
+
+
+def stream_events() -> list[bytes]:
+    """The SSE payloads: role, 6 content tokens, finish; then [DONE]."""
+    tokens = ["Hello", " from", " the", " bench", " upstream", "."]
+    events = [_chunk({"role": "assistant", "content": ""}, None)]
+    events += [_chunk({"content": t}, None) for t in tokens]
+    events.append(_chunk({}, "stop"))
+    assert len(events) == STREAM_EVENTS
+    return events + [b"[DONE]"]
+
+
+def _http_chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _response(status: bytes, content_type: bytes, body: bytes, keep_alive: bool) -> bytes:
+    conn = b"keep-alive" if keep_alive else b"close"
+    return (
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type
+        + b"\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n" % (len(body), conn)
+        + body
+    )
+
+
+def _stream_response(keep_alive: bool) -> bytes:
+    conn = b"keep-alive" if keep_alive else b"close"
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        b"Transfer-Encoding: chunked\r\nConnection: %s\r\n\r\n" % conn
+    )
+    body = b"".join(_http_chunk(b"data: " + e + b"\n\n") for e in stream_events())
+    return head + body + b"0\r\n\r\n"
+
+
+_MODELS = orjson.dumps(
+    {"object": "list", "data": [{"id": MODEL, "object": "model", "created": CREATED, "owned_by": "bench"}]}
+)
+_NOT_FOUND = orjson.dumps({"error": {"message": "not found", "type": "invalid_request_error", "code": "not_found"}})
+_BAD_REQUEST = orjson.dumps({"error": {"message": "bad request", "type": "invalid_request_error", "code": "bad_request"}})
+
+# (path, keep_alive) -> prebuilt bytes
+_COMPLETION = {k: _response(b"200 OK", b"application/json", _completion_body(), k) for k in (True, False)}
+_STREAM = {k: _stream_response(k) for k in (True, False)}
+_MODELS_RESP = {k: _response(b"200 OK", b"application/json", _MODELS, k) for k in (True, False)}
+_HEALTH_RESP = {k: _response(b"200 OK", b"application/json", b'{"status":"ok"}', k) for k in (True, False)}
+_NOT_FOUND_RESP = {k: _response(b"404 Not Found", b"application/json", _NOT_FOUND, k) for k in (True, False)}
+_BAD_REQUEST_RESP = _response(b"400 Bad Request", b"application/json", _BAD_REQUEST, False)
+
+
+def _wants_stream(body: bytes) -> bool:
+    if b'"stream"' not in body:
+        return False
+    try:
+        req = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(req, dict) and req.get("stream") is True
+
+
+class Stats:
+    """Counters the harness reads to check that every request really reached the upstream."""
+
+    connections = 0
+    completions = 0
+
+
+def _stats_response(keep_alive: bool) -> bytes:
+    body = orjson.dumps({"connections": Stats.connections, "completions": Stats.completions})
+    return _response(b"200 OK", b"application/json", body, keep_alive)
+
+
+class UpstreamProtocol(asyncio.Protocol):
+    """One connection; answers each parsed request synchronously, in order."""
+
+    __slots__ = ("transport", "parser", "url", "body")
+
+    def __init__(self) -> None:
+        Stats.connections += 1
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self.transport is not None:
+                self.transport.write(_BAD_REQUEST_RESP)
+                self.transport.close()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.body = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        keep = self.parser.should_keep_alive()
+        method = self.parser.get_method()
+        path = self.url.split(b"?", 1)[0]
+        if method == b"POST" and path == b"/v1/chat/completions":
+            body = b"".join(self.body)
+            Stats.completions += 1
+            transport.write(_STREAM[keep] if _wants_stream(body) else _COMPLETION[keep])
+        elif method == b"GET" and path == b"/v1/models":
+            transport.write(_MODELS_RESP[keep])
+        elif method == b"GET" and path == b"/stats":
+            transport.write(_stats_response(keep))
+        elif method == b"GET" and path in (b"/health", b"/healthz", b"/readyz"):
+            transport.write(_HEALTH_RESP[keep])
+        else:
+            transport.write(_NOT_FOUND_RESP[keep])
+        if not keep:
+            transport.close()
+
+
+async def serve(host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(UpstreamProtocol, host, port, backlog=4096, reuse_address=True)
+    bound = server.sockets[0].getsockname()[1]
+    sys.stdout.write(f"PORT {bound}\n")
+    sys.stdout.flush()
+    stop = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+    async with server:
+        await stop
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        ap.error("the bench upstream binds loopback only")
+    import uvloop
+
+    uvloop.run(serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The systems under test, all in front of one fast upstream.
+
+- direct:  the upstream itself (the floor)
+- sits:    `sits serve --backend bench-model=<upstream>/v1`, ready when GET /readyz is 200
+- litellm: LiteLLM's proxy from bench/.venv-litellm, one worker, no DB, no network
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from processes import ManagedProcess, ProcessSet, free_port, wait_for_line, wait_http_ok
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+PROJECT_PYTHON = REPO_DIR / ".venv" / "bin" / "python"
+SITS_BIN = REPO_DIR / ".venv" / "bin" / "sits"
+LITELLM_VENV = BENCH_DIR / ".venv-litellm"
+MODEL = "bench-model"
+START_ATTEMPTS = 3
+
+
+@dataclass
+class RunningTarget:
+    name: str
+    port: int
+    process: ManagedProcess | None  # None for direct
+    startup_s: float = 0.0
+    version: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chat_path(self) -> str:
+        return "/v1/chat/completions"
+
+
+def start_upstream(procs: ProcessSet, cpus: str | None) -> RunningTarget:
+    python = str(PROJECT_PYTHON if PROJECT_PYTHON.exists() else sys.executable)
+    child = procs.start("upstream", [python, str(BENCH_DIR / "fast_upstream.py"), "--port", "0"], cpus=cpus)
+    port = int(wait_for_line(child, "PORT ", timeout_s=30).split()[1])
+    wait_http_ok(child, f"http://127.0.0.1:{port}/health", timeout_s=10)
+    return RunningTarget("direct", port, child)
+
+
+def sits_command() -> list[str] | None:
+    """The sits launcher if it answers --version, else None."""
+    for cmd in ([str(SITS_BIN)], [str(PROJECT_PYTHON), "-m", "sits"]):
+        if not Path(cmd[0]).exists():
+            continue
+        try:
+            out = subprocess.run(cmd + ["--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0:
+            return cmd
+    return None
+
+
+def sits_version(cmd: list[str]) -> str:
+    out = subprocess.run(cmd + ["--version"], capture_output=True, text=True, timeout=30)
+    return (out.stdout or out.stderr).strip()
+
+
+def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path, gc_variant: bool = False) -> RunningTarget:
+    """`gc_variant`: the diagnostic `sits-gc` target (bench/sits_gc_variant.py), same arguments."""
+    cmd = sits_command()
+    if cmd is None:
+        raise RuntimeError(f"sits is not runnable yet ({SITS_BIN} --version failed)")
+    version = sits_version(cmd)
+    name = "sits-gc" if gc_variant else "sits"
+    if gc_variant:
+        cmd = [str(PROJECT_PYTHON), str(BENCH_DIR / "sits_gc_variant.py")]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    last: Exception | None = None
+    for attempt in range(START_ATTEMPTS):
+        port = free_port()
+        child = procs.start(
+            name if attempt == 0 else f"{name}-{attempt}",
+            cmd + ["serve", "--backend", f"{MODEL}=http://127.0.0.1:{upstream_port}/v1",
+                   "--host", "127.0.0.1", "--port", str(port)],
+            cpus=cpus,
+            cwd=work_dir,
+        )
+        try:
+            waited = wait_http_ok(child, f"http://127.0.0.1:{port}/readyz", timeout_s=60)
+            return RunningTarget(name, port, child, startup_s=waited, version=version)
+        except (RuntimeError, TimeoutError) as exc:
+            last = exc
+            procs.stop(child)
+    raise RuntimeError(f"{name} did not start in {START_ATTEMPTS} attempts: {last}")
+
+
+def litellm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            # never reach the network: bundled cost map, templates, presets; no feedback box
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_LOCAL_POLICY_TEMPLATES": "True",
+            "LITELLM_LOCAL_BLOG_POSTS": "True",
+            "LITELLM_LOCAL_AUTOROUTER_PRESETS": "True",
+            "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+            "LITELLM_DONT_SHOW_FEEDBACK_BOX": "True",
+            "LITELLM_TELEMETRY": "False",
+            "DISABLE_ADMIN_UI": "True",
+            "NO_DOCS": "True",
+            "NO_REDOC": "True",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            # no master key (no auth work on the hot path, as for the other targets); this
+            # LiteLLM refuses to start without one unless told it is a local setup
+            "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+            # minimal logging
+            "LITELLM_LOG": "ERROR",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
+    )
+    for var in ("DATABASE_URL", "LITELLM_MASTER_KEY", "REDIS_HOST", "REDIS_URL", "STORE_MODEL_IN_DB"):
+        env.pop(var, None)
+    return env
+
+
+LITELLM_CONFIG = """\
+model_list:
+  - model_name: {model}
+    litellm_params:
+      model: openai/{model}
+      api_base: http://127.0.0.1:{upstream_port}/v1
+      api_key: sk-bench-dummy
+litellm_settings:
+  set_verbose: false
+  json_logs: false
+  turn_off_message_logging: true
+  telemetry: false
+  callbacks: []
+  success_callback: []
+  failure_callback: []
+general_settings:
+  disable_spend_logs: true
+  disable_error_logs: true
+  disable_adding_master_key_hash_to_db: true
+  allow_requests_on_db_unavailable: true
+"""
+
+
+def litellm_version() -> str:
+    out = subprocess.run(
+        [str(LITELLM_VENV / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True, text=True, timeout=60,
+    )
+    return out.stdout.strip()
+
+
+def start_litellm(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path) -> RunningTarget:
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if not exe.exists():
+        raise RuntimeError(f"{exe} missing: python -m venv bench/.venv-litellm && "
+                           "bench/.venv-litellm/bin/pip install -r bench/requirements-litellm.txt")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    config = work_dir / "litellm-config.yaml"
+    config.write_text(LITELLM_CONFIG.format(model=MODEL, upstream_port=upstream_port))
+    last: Exception | None = None
+    for attempt in range(START_ATTEMPTS):
+        port = free_port()
+        child = procs.start(
+            "litellm" if attempt == 0 else f"litellm-{attempt}",
+            [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
+            cpus=cpus,
+            env=litellm_env(),
+            cwd=work_dir,
+        )
+        try:
+            waited = wait_http_ok(child, f"http://127.0.0.1:{port}/health/liveliness", timeout_s=180, interval_s=0.5)
+            return RunningTarget("litellm", port, child, startup_s=waited, version=litellm_version())
+        except (RuntimeError, TimeoutError) as exc:
+            last = exc
+            procs.stop(child)
+    raise RuntimeError(f"litellm did not start in {START_ATTEMPTS} attempts: {last}")
