@@ -54,6 +54,9 @@ from sits.state.registry_store import RegistryStore
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache import build_semantic_cache
+from sits.understanding.factory import build_understander
+from sits.understanding.settings import UnderstandingConfig
+from sits.understanding.understander import RequestUnderstander
 
 log = logging.getLogger("sits")
 
@@ -64,13 +67,22 @@ DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/em
 
 def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
     """The `routing:` section, checked here because the config loader does not import scheduling."""
+    return _section(RoutingPolicy, raw, "routing")
+
+
+def understanding_config(raw: dict[str, Any]) -> UnderstandingConfig:
+    """The `understanding:` section; off unless it says `enabled: true`."""
+    return _section(UnderstandingConfig, {"enabled": False, **raw}, "understanding")
+
+
+def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
     try:
-        return RoutingPolicy.model_validate(raw)
+        return schema.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
         what = "unknown key" if first["type"] == "extra_forbidden" else str(first["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"invalid configuration: routing{'.' + where if where else ''}: {what}") from None
+        raise ConfigError(f"invalid configuration: {name}{'.' + where if where else ''}: {what}") from None
 
 
 class Gateway:
@@ -88,6 +100,9 @@ class Gateway:
         self._pool = ConnectionPool()  # endpoints the operator configured
         self._guarded_pool = ConnectionPool(address_policy=self._policy)  # endpoints registered at runtime
         policy = routing_policy(config.routing)
+        self._understanding = understanding_config(config.understanding)
+        # Built (embedding model loaded) in start(); the director holds this slot until then.
+        self._understander: RequestUnderstander | None = None
         self._stats = StatsStore(refresh_interval_s=policy.stats_refresh_s,
                                  engine_max_age_s=policy.engine_metrics.stale_after_s)
         self._health = HealthBoard(HealthPolicy(healthy_threshold=control.health.healthy_threshold,
@@ -119,12 +134,12 @@ class Gateway:
         self._answers = CacheStep(config.semantic_cache, resilience.static_answer)
         self.admission = Admission(config.admission, self.routing_table, self._clock) if config.admission.enabled else None
         self._breakers = CircuitBreakers(BreakerPolicy(resilience.breaker_failure_threshold, resilience.breaker_open_s))
-        director = Director(
+        self._director = director = Director(
             self.routing_table, self._scheduler, backend, self._stats, self._health,
             self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
                                                           resilience.min_retries_per_window)),
             FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s), self._answers, self.admission,
-            self._clock, random.Random(rng_seed),
+            self._understander, self._clock, random.Random(rng_seed),
         )
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission)
         health = HealthRoutes(self.readiness)
@@ -178,6 +193,11 @@ class Gateway:
         """Start local model workers, load the registry, start health probes, then accept connections."""
         local_urls = await self._start_local_models()
         await self._open_cache()
+        if self._understanding.enabled:
+            # Loads the embedding model (seconds) once, off the event loop, before any request.
+            self._understander = await asyncio.to_thread(build_understander, self._understanding)
+            await self._understander.start()
+            self._director.attach_understander(self._understander)
         await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
         if self._engine_metrics is not None:
@@ -213,6 +233,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._prober_task
         await self._answers.close()
+        if self._understander is not None:
+            await self._understander.aclose()
         await self._guarded_pool.close()
         await self._pool.close()
         if self._local is not None:

@@ -12,9 +12,10 @@ from sits.control.config import GatewayConfig, load_config
 from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
 from sits.models_cli import add_models_commands
-from sits.simulate import add_simulate_command
 from sits.settings import Settings
+from sits.simulate import add_simulate_command
 from sits.telemetry.logging_setup import configure_logging
+from sits.understanding.cli_commands import add_intent_commands, add_router_commands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
 
     add_models_commands(sub)
     add_simulate_command(sub)
+    add_intent_commands(sub)
+    add_router_commands(sub)
     return parser
 
 

@@ -82,6 +82,8 @@ class OpenAIRoutes:
             (b"x-sits-route", exchange.route.encode("latin-1", "replace")),
             (b"x-sits-attempts", exchange.attempts.encode("latin-1", "replace")),
         ]
+        if exchange.intent:
+            headers.append((b"x-sits-intent", exchange.intent.encode("latin-1", "replace")))
         if stream:
             return StreamingResponse(200, self._relay_stream(exchange, api), headers=headers)
         payload = await exchange.read()
@@ -130,6 +132,8 @@ def _canned(answer: CannedAnswer, request_id: str, stream: bool, body: Any) -> H
     headers = [(b"x-sits-model", answer.model.encode()), answer.header,
                (b"x-sits-route", answer.route.encode("latin-1", "replace")),
                (b"x-sits-attempts", answer.attempts.encode("latin-1", "replace"))]
+    if answer.intent:
+        headers.append((b"x-sits-intent", answer.intent.encode("latin-1", "replace")))
     if stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(200, replay(render_sse(answer.hit, request_id, include_usage=include_usage)),

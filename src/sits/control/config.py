@@ -143,6 +143,9 @@ class GatewayConfig(_Strict):
     # Routing policy (profiles of filters, scorers, picker): validated by sits.scheduling.policy at startup,
     # since the control layer does not import scheduling. See docs/scheduling.md.
     routing: dict[str, Any] = {}
+    # Request understanding for model "auto" (intent, complexity, tier, quality router): validated by
+    # sits.understanding.settings at startup; off unless `enabled: true` (the embedded default turns it on).
+    understanding: dict[str, Any] = {}
     control: ControlConfig = ControlConfig()
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False

@@ -13,6 +13,7 @@ class CannedAnswer:
     model: str  # the model the request was for
     route: str
     attempts: str = ""
+    intent: str = ""
 
     @property
     def header(self) -> tuple[bytes, bytes]:

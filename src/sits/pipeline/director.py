@@ -9,14 +9,15 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterator
+
 import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
 from sits.errors import ModelNotFound, Overloaded, SitsError, UpstreamStatusError, UpstreamTimeout
-from sits.pipeline.context import RoutingRequest
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.canned_answer import CannedAnswer
+from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
@@ -26,9 +27,10 @@ from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 from sits.state.retry_budget import RetryBudget
-from sits.state.semantic_cache import CachedCompletion
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from sits.state.semantic_cache import CachedCompletion
 from sits.understanding.tier_rule import choose_tier, nearest_tiers
+from sits.understanding.understander import RequestUnderstander
 
 AUTO_MODEL = "auto"
 log = logging.getLogger("sits.scheduling")
@@ -47,12 +49,14 @@ class Director:
         fallback_policy: FallbackPolicy,
         answers: CacheStep,
         admission: Admission | None,
+        understander: RequestUnderstander | None,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
         self._health = health
         self._answers = answers
         self._admission = admission
+        self._understander = understander
         self._breakers = breakers
         self._chain = FallbackChain(self._send, budget, breakers, health, clock, fallback_policy)
         self._table = table
@@ -66,12 +70,12 @@ class Director:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
         or answer from the cache / static template."""
         table = self._table()
-        model, why = self._resolve_model(table, request)
+        model, why, intent = await self._resolve_model(table, request)
         key = self._answers.key(request, body) if self._answers.enabled else None
         if key is not None:
             hit = await self._answers.before_upstream(key, opted_in=model.cache)
             if hit is not None:
-                return CannedAnswer(hit, model.name, f"cache{why}")
+                return CannedAnswer(hit, model.name, f"cache{why}", intent=intent)
         now = self._clock()
         ticket = await self._admission.admit(model.name, request.priority, now) if self._admission else None
         try:
@@ -86,15 +90,21 @@ class Director:
                 kind = "static-template" if hit.match == "static" else "semantic-cache"
                 if ticket is not None:
                     ticket.release()
-                return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts))
+                return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts),
+                                    intent)
         except BaseException:
             if ticket is not None:
                 ticket.release()
             raise
         exchange.route = route + why if exchange.model == model.name else f"{route}{why}; fallback={exchange.model}"
         exchange.cache_key = key
+        exchange.intent = intent
         exchange.on_finish = ticket.release if ticket is not None else None  # the slot is held until the body ends
         return exchange
+
+    def attach_understander(self, understander: RequestUnderstander) -> None:
+        """At startup, once its embedding model is loaded."""
+        self._understander = understander
 
     @property
     def caching(self) -> bool:
@@ -155,21 +165,40 @@ class Director:
             self._admission.observe(endpoint.id, now - started, in_flight, False, now)
         return Exchange(endpoint, model, "", response, stats, self._clock, started)
 
-    def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str]:
+    async def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str, str]:
+        """The model to serve the request, the route explanation, and the `x-sits-intent` value."""
         entry = table.resolve(request.model)
         if entry is not None:
-            return entry, ""
+            return entry, "", ""
         if request.model == AUTO_MODEL and table.models:
-            choice = choose_tier(request.prompt_text)
-            for tier in nearest_tiers(choice.tier):
-                candidates = table.models_in_tier(tier)
-                if candidates:
-                    return candidates[0], f"; auto=tier {tier}: {choice.reason}"
-            return next(iter(table.models.values())), "; auto=no tiers configured: first model"
+            if self._understander is None:
+                choice = choose_tier(request.prompt_text)
+                return self._in_tier(table, choice.tier), f"; auto=tier {choice.tier}: {choice.reason}", ""
+            u = await self._understander.understand(request.prompt_text, self._load(table), tuple(table.models))
+            header = u.intent_header()
+            if u.route is not None and u.route.model in table.models:
+                return table.models[u.route.model], f"; auto=intent route {u.intent} -> {u.route.model}", header
+            if u.router is not None and u.router.model in table.models:
+                return table.models[u.router.model], f"; auto=quality router: {u.router.reason}", header
+            return self._in_tier(table, u.tier), f"; auto=tier {u.tier}: {u.reason}", header
         available = ", ".join(table.names()) or "(none)"
         raise ModelNotFound(
             f"The model '{request.model}' does not exist. Available models: {available}", param="model"
         )
+
+    @staticmethod
+    def _in_tier(table: RoutingTable, tier: str) -> ModelEntry:
+        for candidate_tier in nearest_tiers(tier):
+            candidates = table.models_in_tier(candidate_tier)
+            if candidates:
+                return candidates[0]
+        return next(iter(table.models.values()))
+
+    def _load(self, table: RoutingTable) -> float:
+        """Gateway-wide load in [0, 1] for tier selection: in-flight requests per endpoint, against 4 each."""
+        endpoints = [e.id for m in table.models.values() for e in m.endpoints]
+        busy = sum(self._stats.get(i).in_flight for i in endpoints)
+        return min(1.0, busy / (4.0 * max(1, len(endpoints))))
 
     def _views(self, endpoints: tuple[Endpoint, ...], now: float) -> list[EndpointView]:
         views = []

@@ -15,7 +15,7 @@ from sits.state.routing_table import Endpoint
 
 
 class Exchange:
-    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "_stats", "_clock", "_started", "_open",
+    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent", "_stats", "_clock", "_started", "_open",
                  "_chunks", "_first")
 
     def __init__(
@@ -35,6 +35,7 @@ class Exchange:
         self.attempts = ""
         self.cache_key: CacheKey | None = None  # set when the answer may be stored for the cache steps
         self.on_finish: Callable[[], None] | None = None  # e.g. give back the admission slot
+        self.intent = ""  # x-sits-intent, when the request was understood (model "auto")
         self._stats = stats
         self._clock = clock
         self._started = started

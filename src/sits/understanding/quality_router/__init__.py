@@ -1,0 +1,1 @@
+"""Learned quality router: predict each model's quality for a prompt, route by quality and cost."""

