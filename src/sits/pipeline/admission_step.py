@@ -15,11 +15,23 @@ class Admission:
     def __init__(self, config: AdmissionConfig, table: Callable[[], RoutingTable], clock: Callable[[], float]) -> None:
         self.limits = EndpointLimits(limiter_factory(config))
         self.rules = priority_rules(config)
+        # Each model's gate size, cached: the gate asks on every acquire and release, but it only
+        # changes when an endpoint's limiter moves or the routing table is swapped.
+        self._totals: dict[str, int] = {}
+        self._table_version = -1
 
         def limit_for(model: str) -> Callable[[], int]:
             def limit() -> int:
-                entry = table().models.get(model)
-                return self.limits.total(e.id for e in entry.endpoints) if entry is not None else 0
+                current = table()
+                if current.version != self._table_version:
+                    self._totals.clear()
+                    self._table_version = current.version
+                total = self._totals.get(model)
+                if total is None:
+                    entry = current.models.get(model)
+                    total = self.limits.total(e.id for e in entry.endpoints) if entry is not None else 0
+                    self._totals[model] = total
+                return total
             return limit
 
         self.gates = PriorityGates(limit_for, gate_policy(config), clock)
@@ -34,4 +46,7 @@ class Admission:
 
     def observe(self, endpoint_id: str, rtt_s: float, in_flight: int, dropped: bool, now: float) -> None:
         """`in_flight`: on that endpoint when the request was sent, this one included."""
-        self.limits.get(endpoint_id).update(LatencySample(rtt_s, in_flight, dropped, now))
+        limiter = self.limits.get(endpoint_id)
+        before = limiter.limit
+        if limiter.update(LatencySample(rtt_s, in_flight, dropped, now)) != before:
+            self._totals.clear()

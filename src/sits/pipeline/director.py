@@ -133,6 +133,8 @@ class Director:
         views = self._views(model.endpoints, now)
         if not any(v.healthy for v in views):
             return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
+        if len(views) == 1:  # nothing to rank: the profile would return this one endpoint
+            return Plan(model, model.endpoints, kind), f"profile=none; pick={views[0].id}; reason=only endpoint"
         decision = self._scheduler.schedule(
             SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
                               prefix_hash=prefix_hash(request.prompt_text)),
