@@ -26,12 +26,14 @@ class UpstreamLog:
 class FakeUpstream:
     """Modes (set `mode` at any time): ok, error500, flaky (error_rate of answers are 500s), slow_first_byte,
     cut_stream, hang, error_event (a stream that opens with an error event), stall_stream (headers, then
-    nothing), context_error (400 context_length_exceeded)."""
+    nothing), context_error (400 context_length_exceeded), malformed_sse (a non-JSON data line
+    before event `malformed_at`)."""
 
     def __init__(self, name: str = "upstream", stream_chunks: int = 5, chunk_delay: float = 0.0) -> None:
         self.name = name
         self.mode = "ok"
         self.error_rate = 0.3
+        self.malformed_at = 2  # malformed_sse: garbage goes out before this event
         self._rng = random.Random(1234)
         self.stream_chunks = stream_chunks
         self.chunk_delay = chunk_delay
@@ -116,6 +118,8 @@ class FakeUpstream:
             return response
         try:
             for i in range(self.stream_chunks):
+                if self.mode == "malformed_sse" and i == self.malformed_at:
+                    await response.write(b"data: <html>502 Bad Gateway</html>\n\n")
                 if self.mode == "cut_stream" and i == self.stream_chunks // 2:
                     request.transport.close()  # type: ignore[union-attr]
                     return response

@@ -130,3 +130,23 @@ async def test_whole_pool_down_is_503_with_retry_after(start_gateway):
         with pytest.raises(openai.APIStatusError) as info:
             await sdk(gateway).chat.completions.create(model="p", messages=MESSAGES)
         assert info.value.status_code == 503 and info.value.response.headers["retry-after"] == "1"
+
+
+async def test_malformed_sse_mid_stream_ends_with_a_clear_error(upstream, upstream_b, start_gateway):
+    upstream.mode, upstream.malformed_at, upstream.chunk_delay = "malformed_sse", 3, 0.05  # events arrive apart
+    gateway = await start_gateway(config([upstream.url], upstream_b.url))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "p", "messages": MESSAGES, "stream": True}
+        async with session.post(base_url(gateway) + "/v1/chat/completions", json=body) as response:
+            events = [line[6:].strip() async for line in response.content if line.startswith(b"data: ")]
+    assert b"[DONE]" not in events
+    assert all(e.startswith(b"{") for e in events)  # the garbage never reached the client
+    assert "malformed SSE" in orjson.loads(events[-1])["error"]["message"]
+
+
+async def test_malformed_sse_before_first_byte_falls_back(upstream, upstream_b, start_gateway):
+    upstream.mode, upstream.malformed_at = "malformed_sse", 0
+    gateway = await start_gateway(config([upstream.url], upstream_b.url))
+    stream = await sdk(gateway).chat.completions.create(model="p", messages=MESSAGES, stream=True)
+    texts = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
+    assert texts == [f"tok{i} " for i in range(5)]

@@ -9,13 +9,14 @@ import orjson
 
 from sits.backends.http_client import UpstreamResponse
 from sits.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
+from sits.pipeline.sse_guard import SseGuard
 from sits.state.endpoint_stats import EndpointStats
 from sits.state.semantic_cache import CacheKey
 from sits.state.routing_table import Endpoint
 
 
 class Exchange:
-    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent", "_stats", "_clock", "_started", "_open",
+    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent", "_guard", "_stats", "_clock", "_started", "_open",
                  "_chunks", "_first")
 
     def __init__(
@@ -42,6 +43,7 @@ class Exchange:
         self._open = True
         self._chunks: AsyncIterator[bytes] | None = None
         self._first: bytes | None = None
+        self._guard = SseGuard(endpoint.id)
 
     async def read(self) -> bytes:
         ok = False
@@ -71,6 +73,11 @@ class Exchange:
         if first.startswith(b"data: {\"error\"") or first.startswith(b"data:{\"error\""):
             self.close()
             raise UpstreamProtocolError(f"upstream {self.endpoint.id} streamed an error: {_error_message(first)}")
+        try:
+            self._guard.check(first)
+        except UpstreamProtocolError:
+            self.close()
+            raise
         self._first = first
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -79,7 +86,9 @@ class Exchange:
             if self._first is not None:
                 yield self._first
                 self._first = None
+            guard = self._guard
             async for chunk in self._chunks or self.response.iter_chunks():
+                guard.check(chunk)
                 yield chunk
             ok = True
         finally:

@@ -1,0 +1,38 @@
+"""A cheap framing check on relayed SSE: every line must be an SSE field, every `data:` a JSON
+object or `[DONE]`. A malformed event ends the stream with a clear error instead of reaching the
+client as garbage its SDK cannot parse. JSON bodies are not parsed: only their first byte is read.
+"""
+
+from __future__ import annotations
+
+from sits.errors import UpstreamProtocolError
+
+_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
+_MAX_LINE = 4 * 1024 * 1024
+
+
+class SseGuard:
+    __slots__ = ("_partial", "_source")
+
+    def __init__(self, source: str) -> None:
+        self._partial = b""
+        self._source = source
+
+    def check(self, chunk: bytes) -> None:
+        """Raise UpstreamProtocolError at the first malformed line; partial lines wait for the next chunk."""
+        data = self._partial + chunk if self._partial else chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > _MAX_LINE:
+            raise UpstreamProtocolError(f"upstream {self._source} sent an SSE line over {_MAX_LINE} bytes")
+        for line in lines:
+            if not line or line == b"\r":
+                continue
+            if line.startswith(b"data:"):
+                payload = line[5:].lstrip()
+                if payload[:1] == b"{" or payload.startswith(b"[DONE]"):
+                    continue
+            elif line.startswith(_FIELDS):
+                continue
+            shown = line[:80].decode("utf-8", "replace")
+            raise UpstreamProtocolError(f"upstream {self._source} sent a malformed SSE line: {shown!r}")

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import pytest
+
+from sits.errors import UpstreamProtocolError
+from sits.pipeline.sse_guard import SseGuard
+
+GOOD = b'data: {"a": 1}\n\n: keep-alive\n\nevent: message\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
+
+
+@pytest.mark.parametrize("cut", range(1, len(GOOD)))
+def test_any_split_of_a_good_stream_passes(cut):
+    guard = SseGuard("e")
+    guard.check(GOOD[:cut])
+    guard.check(GOOD[cut:])
+
+
+@pytest.mark.parametrize("bad", [b"<html>oops</html>\n", b"data: not json\n", b"HTTP/1.1 502\n", b"data: 42\n"])
+def test_malformed_lines_are_refused(bad):
+    guard = SseGuard("e")
+    guard.check(b'data: {"ok": 1}\n\n')
+    with pytest.raises(UpstreamProtocolError, match="malformed SSE line"):
+        guard.check(bad)
+
+
+def test_crlf_lines_pass():
+    SseGuard("e").check(b'data: {"a": 1}\r\n\r\n')
