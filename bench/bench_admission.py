@@ -108,7 +108,7 @@ async def p2_client(gw: Gateway, stop: asyncio.Event, counts: dict[str, int]) ->
 async def scenario(args: argparse.Namespace, flood: bool, gated: bool) -> tuple[list[float], dict[str, int], int]:
     rng = random.Random(7)
     engine = SimulatedEngine(args.batch, args.service_ms, rng)
-    gw = Gateway(engine, make_limiter(args.limiter) if gated else None, args.p2_share)
+    gw = Gateway(engine, make_limiter(args.limiter, args.tolerance, args.queue_allowance) if gated else None, args.p2_share)
     stop, counts = asyncio.Event(), {"ok": 0, "refused": 0}
     flooders = [asyncio.create_task(p2_client(gw, stop, counts)) for _ in range(args.flood if flood else 0)]
     await asyncio.sleep(args.warmup_s if flood else 0)
@@ -118,13 +118,13 @@ async def scenario(args: argparse.Namespace, flood: bool, gated: bool) -> tuple[
     return latencies, counts, (gw.limiter.limit if gw.limiter else 0)
 
 
-def make_limiter(kind: str) -> ConcurrencyLimiter:
+def make_limiter(kind: str, tolerance: float = 1.2, queue_allowance: int = 2) -> ConcurrencyLimiter:
     bounds = LimitBounds(initial=16, min=4, max=256)
     if kind == "aimd":
         return AimdLimiter(AimdSettings(bounds=bounds, latency_target_s=0.05, decrease_cooldown_s=0.05))
     if kind == "fixed":
         return FixedLimiter(16)
-    return GradientLimiter(GradientSettings(bounds=bounds))
+    return GradientLimiter(GradientSettings(bounds=bounds, tolerance=tolerance, queue_allowance=queue_allowance))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -142,6 +142,8 @@ async def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=2.0, help="flood before P0 starts (limiter settles)")
     parser.add_argument("--p2-share", type=float, default=0.8, help="of the limit P2 may fill")
     parser.add_argument("--limiter", choices=["gradient", "aimd", "fixed"], default="gradient")
+    parser.add_argument("--tolerance", type=float, default=1.2, help="gradient: short RTT allowed over the baseline")
+    parser.add_argument("--queue-allowance", type=int, default=2, help="gradient: headroom added per update")
     args = parser.parse_args()
 
     rows = []

@@ -74,9 +74,9 @@ class GradientLimitConfig(_Strict):
     initial: Annotated[int, Field(ge=1)] = 16
     min: Annotated[int, Field(ge=1)] = 4
     max: Annotated[int, Field(ge=1)] = 512
-    tolerance: Annotated[float, Field(ge=1)] = 1.5
+    tolerance: Annotated[float, Field(ge=1)] = 1.2
     smoothing: Annotated[float, Field(gt=0, le=1)] = 0.2
-    queue_allowance: _NonNegInt = 4
+    queue_allowance: _NonNegInt = 2
     long_window: Annotated[int, Field(ge=1)] = 600
     warmup: _NonNegInt = 10
 

@@ -176,9 +176,11 @@ class AimdLimiter(_EngineCapped):
 @dataclass(frozen=True, slots=True)
 class GradientSettings:
     bounds: LimitBounds = LimitBounds()
-    tolerance: float = 1.5  # short RTT may reach tolerance x long RTT before the limit shrinks
+    # short RTT may reach tolerance x long RTT before the limit shrinks; 1.2 / 2 keep the limit near the
+    # engine's real concurrency, which is what lets P0 pass a P2 flood (bench/bench_admission.py: 1.66x)
+    tolerance: float = 1.2
     smoothing: float = 0.2
-    queue_allowance: int = 4  # headroom added each update, so the limit can probe upwards
+    queue_allowance: int = 2  # headroom added each update, so the limit can probe upwards
     long_window: int = 600  # samples in the long-RTT average
     warmup: int = 10  # samples averaged plainly before the long-RTT EWMA starts
 
