@@ -138,7 +138,7 @@ class Gateway:
             self.routing_table, self._scheduler, backend, self._stats, self._health,
             self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
                                                           resilience.min_retries_per_window)),
-            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s), self._answers, self.admission,
+            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
             self._understander, self._clock, random.Random(rng_seed),
         )
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission)

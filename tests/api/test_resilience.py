@@ -150,3 +150,13 @@ async def test_malformed_sse_before_first_byte_falls_back(upstream, upstream_b, 
     stream = await sdk(gateway).chat.completions.create(model="p", messages=MESSAGES, stream=True)
     texts = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
     assert texts == [f"tok{i} " for i in range(5)]
+
+
+async def test_one_deadline_bounds_all_attempts(upstream, upstream_b, start_gateway):
+    upstream.mode = upstream_b.mode = "hang"
+    gateway = await start_gateway(config([upstream.url], upstream_b.url, request_timeout_s=0.4))
+    with pytest.raises(openai.APIStatusError) as info:
+        await sdk(gateway).chat.completions.create(model="p", messages=MESSAGES)
+    assert info.value.status_code == 504
+    assert "deadline" in info.value.message
+    assert len(upstream_b.log.requests) <= 1

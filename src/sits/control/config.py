@@ -129,6 +129,8 @@ class ResilienceConfig(_Strict):
     min_retries_per_window: Annotated[int, Field(ge=0)] = 3
     max_attempts: Annotated[int, Field(ge=1, le=16)] = 4
     ttft_timeout_s: PositiveFloat = 30.0  # streaming: first event within this, else fall back
+    # One deadline for the whole request, all attempts together (each attempt also has its endpoint's timeouts).
+    request_timeout_s: PositiveFloat | None = None
     breaker_failure_threshold: Annotated[int, Field(ge=1)] = 5
     breaker_open_s: PositiveFloat = 5.0
     # The last step of every fallback chain: this text, as a normal answer marked `x-sits-fallback: static-template`.

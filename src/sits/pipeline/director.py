@@ -206,9 +206,12 @@ class Director:
         views = []
         available = self._health.available
         allows = self._breakers.allows
+        limits = self._admission.limits if self._admission is not None else None
         for e in endpoints:
             s = self._stats.get(e.id)
             engine = s.engine
+            if limits is not None and engine is not None:
+                limits.get(e.id).observe_engine(engine)  # engine queue / KV-cache pressure caps the limit
             views.append(EndpointView(
                 e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s, s.latency_p95_s,
                 s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,

@@ -10,11 +10,12 @@ The cache and static-answer steps that follow live in the director.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sits.errors import SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError
+from sits.errors import SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.state.circuit_breaker import CircuitBreakers
@@ -40,6 +41,7 @@ class Plan:
 class FallbackPolicy:
     max_attempts: int = 4
     ttft_timeout_s: float = 30.0  # streaming: the first event must arrive within this
+    request_timeout_s: float | None = None  # all attempts of one request together
 
 
 class AttemptsFailed(Exception):
@@ -75,6 +77,7 @@ class FallbackChain:
         paid = False  # whether the next attempt is a retry the budget must pay for
         now = self._clock()
         self._budget.note_request(now)
+        deadline = now + self.policy.request_timeout_s if self.policy.request_timeout_s else None
         for plan in plans:
             if plan.kind == "larger-context" and not context_exceeded:
                 continue
@@ -88,11 +91,17 @@ class FallbackChain:
                 if paid and not self._budget.try_spend(now):
                     attempts.append(f"{endpoint.id}:retry_budget_exhausted")
                     raise AttemptsFailed(last, attempts, only_unavailable)
+                if deadline is not None and now >= deadline:
+                    last = UpstreamTimeout(f"request deadline of {self.policy.request_timeout_s:g}s passed")
+                    attempts.append(f"{endpoint.id}:request_deadline")
+                    raise AttemptsFailed(last, attempts, False)
                 self._breakers.on_attempt(endpoint.id, now)
                 try:
-                    exchange = await self._send(endpoint, plan.model.name, request, body)
-                    if request.stream:
-                        await exchange.prefetch_first_chunk(self.policy.ttft_timeout_s)
+                    if deadline is None:
+                        exchange = await self._attempt(endpoint, plan.model.name, request, body)
+                    else:
+                        exchange = await self._attempt_before(deadline - now, endpoint, plan.model.name, request,
+                                                              body)
                 except UpstreamError as exc:
                     attempts.append(f"{endpoint.id}:{exc.code}")
                     last = exc
@@ -115,6 +124,22 @@ class FallbackChain:
                 exchange.attempts = ",".join(attempts)
                 return exchange
         raise AttemptsFailed(last, attempts, only_unavailable)
+
+    async def _attempt(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
+        exchange = await self._send(endpoint, model, request, body)
+        if request.stream:
+            await exchange.prefetch_first_chunk(self.policy.ttft_timeout_s)
+        return exchange
+
+    async def _attempt_before(self, seconds: float, endpoint: Endpoint, model: str, request: RoutingRequest,
+                              body: bytes) -> Exchange:
+        """An attempt bounded by what is left of the request's deadline (to the first byte)."""
+        try:
+            async with asyncio.timeout(seconds):
+                return await self._attempt(endpoint, model, request, body)
+        except TimeoutError:
+            raise UpstreamTimeout(f"request deadline of {self.policy.request_timeout_s:g}s passed "
+                                  f"while waiting for {endpoint.id}") from None
 
     def _note_failure(self, endpoint_id: str, error: UpstreamError, siblings: list[str]) -> None:
         if isinstance(error, UpstreamStatusError) and error.upstream_status == 429:
