@@ -473,6 +473,7 @@ def limiter_factory(config: AdmissionConfig) -> Callable[[], ConcurrencyLimiter]
     if isinstance(lim, AimdLimitConfig):
         aimd = AimdSettings(bounds, lim.latency_target_s, lim.increase, lim.backoff, lim.decrease_cooldown_s)
         return lambda: AimdLimiter(aimd, pressure)
-    gradient = GradientSettings(bounds, lim.tolerance, lim.smoothing, lim.queue_allowance, lim.long_window,
-                                lim.warmup)
+    gradient = GradientSettings(bounds=bounds, tolerance=lim.tolerance, smoothing=lim.smoothing,
+                                queue_allowance=lim.queue_allowance, long_window=lim.long_window,
+                                warmup=lim.warmup, rtt_floor_s=lim.rtt_floor_s)
     return lambda: GradientLimiter(gradient, pressure)

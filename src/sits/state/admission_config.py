@@ -75,6 +75,7 @@ class GradientLimitConfig(_Strict):
     min: Annotated[int, Field(ge=1)] = 4
     max: Annotated[int, Field(ge=1)] = 512
     tolerance: Annotated[float, Field(ge=1)] = 1.2
+    rtt_floor_s: Annotated[float, Field(ge=0)] = 0.02  # RTTs below never count as congestion
     smoothing: Annotated[float, Field(gt=0, le=1)] = 0.2
     queue_allowance: _NonNegInt = 2
     long_window: Annotated[int, Field(ge=1)] = 600

@@ -181,6 +181,9 @@ class GradientSettings:
     tolerance: float = 1.2
     smoothing: float = 0.2
     queue_allowance: int = 2  # headroom added each update, so the limit can probe upwards
+    # RTTs below this never count as congestion: a fast upstream's sub-millisecond times are mostly the
+    # gateway's own event loop under load, and shrinking the limit then only queues work in front of it.
+    rtt_floor_s: float = 0.02
     long_window: int = 600  # samples in the long-RTT average
     warmup: int = 10  # samples averaged plainly before the long-RTT EWMA starts
 
@@ -226,7 +229,7 @@ class GradientLimiter(_EngineCapped):
         # Under sustained overload the long average drifts up to the overloaded RTT and the limit
         # creeps up with it (a known gradient2 weakness). Anchor it to a slowly forgetting minimum.
         self._min_rtt = min(self._min_rtt * (1.0 + 0.1 / s.long_window), rtt)  # doubles in ~7 windows
-        baseline = min(self._long_rtt, self._min_rtt * s.tolerance)
+        baseline = max(min(self._long_rtt, self._min_rtt * s.tolerance), s.rtt_floor_s)
         if sample.in_flight < self._estimate / 2 and not sample.dropped:
             return self.limit  # application-limited: the sample says nothing about a higher limit
         # A drop (timeout, upstream 429/503) is our addition to gradient2: the strongest "too much".
