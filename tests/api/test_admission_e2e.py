@@ -39,10 +39,19 @@ async def test_p0_goes_ahead_of_queued_p2(upstream, start_gateway):
             pass
         finished.append(tag)
 
+    gate = gateway.admission.gates.get("m")
+
+    async def until(condition) -> None:  # bounded wait on the gate's own state, not on timing
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("gate never reached the expected state")
+
     holder = asyncio.create_task(ask("holder", "P1"))
-    await asyncio.sleep(0.05)  # the only slot is taken
+    await until(lambda: gate.in_flight == 1)  # the only slot is taken
     batch = [asyncio.create_task(ask(f"p2-{i}", "batch")) for i in range(4)]
-    await asyncio.sleep(0.05)  # the batch is queued
+    await until(lambda: gate.queued() == 4)  # the batch is queued
     urgent = asyncio.create_task(ask("p0", "realtime"))
     await asyncio.gather(holder, urgent, *batch)
     assert finished.index("p0") == 1  # right after the request that held the slot
