@@ -32,13 +32,12 @@ from sits.backends.engine_metrics_scraper import EngineMetricsScraper
 from sits.backends.http_client import ConnectionPool
 from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
-from sits.control.config import GatewayConfig
+from sits.control.config import GatewayConfig, config_error
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.local_models import local_model_specs
 from sits.control.registry import Registry
 from sits.control.registry_records import records_from_config
-from sits.errors import ConfigError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
@@ -79,10 +78,7 @@ def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
     try:
         return schema.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
-        what = "unknown key" if first["type"] == "extra_forbidden" else str(first["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"invalid configuration: {name}{'.' + where if where else ''}: {what}") from None
+        raise config_error(exc, name) from None
 
 
 class Gateway:
@@ -116,7 +112,7 @@ class Gateway:
             max_header_bytes=config.server.max_header_bytes,
             keep_alive_timeout_s=config.server.keep_alive_timeout_s,
         )
-        backend = OpenAIUpstream(self._pool, self._guarded_pool)
+        self._backend = backend = OpenAIUpstream(self._pool, self._guarded_pool)
         self.registry = Registry(
             RegistryStore(settings.data_dir / "registry.sqlite3"), settings.secrets, self._policy, self._health,
             publish=self._set_table,
@@ -175,6 +171,7 @@ class Gateway:
 
     def _set_table(self, table: RoutingTable) -> None:
         self._table = table  # one reference swap: each request keeps the table it started with
+        self._backend.forget({e for m in table.models.values() for e in m.endpoints})
 
     def readiness(self) -> tuple[bool, str]:
         if self._draining:

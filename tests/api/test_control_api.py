@@ -233,3 +233,14 @@ async def test_hot_plug_under_load_fails_no_request(upstream, upstream_b, start_
     sent = sum(await asyncio.gather(*workers))
     assert sent > 50
     assert failures == []
+
+
+async def test_removed_endpoints_leave_no_cached_upstream_state(upstream, start_gateway):
+    gateway = await start_gateway(control_config(upstream.url), secrets=ADMIN)
+    client = sdk(gateway)
+    for i in range(5):
+        await call(gateway, "POST", "/v1/models/register", {"name": f"tmp-{i}", "endpoint": upstream.url})
+        await client.chat.completions.create(model=f"tmp-{i}", messages=[{"role": "user", "content": "x"}])
+        await call(gateway, "DELETE", f"/v1/models/tmp-{i}")
+    # only the config model's endpoint may still have its request prefix encoded
+    assert len(gateway._backend._encoded) <= 1

@@ -10,7 +10,8 @@ from sits.api.http_types import HttpRequest
 from sits.errors import Forbidden, Unauthorized
 
 
-def _bearer(request: HttpRequest) -> str | None:
+def bearer_token(request: HttpRequest) -> str | None:
+    """The token of an `Authorization: Bearer ...` header, if there is one."""
     value = request.headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
@@ -23,7 +24,7 @@ class AdminGuard:
     def check(self, request: HttpRequest) -> None:
         if self._key is None:
             raise Forbidden("the control API is disabled: set SITS_ADMIN_KEY (or control.admin_key_env) to enable it")
-        token = _bearer(request)
+        token = bearer_token(request)
         if token is None:
             raise Unauthorized("the control API needs 'Authorization: Bearer <admin key>'")
         if not hmac.compare_digest(token.encode(), self._key):  # constant time
@@ -41,7 +42,7 @@ class DataPlaneKeys:
         return bool(self._digests)
 
     def check(self, request: HttpRequest) -> None:
-        token = _bearer(request)
+        token = bearer_token(request)
         if token is None:
             raise Unauthorized("this gateway needs 'Authorization: Bearer <api key>'")
         if hashlib.sha256(token.encode()).digest() not in self._digests:

@@ -8,15 +8,22 @@ from typing import Any
 
 import orjson
 
+from sits.api.auth import bearer_token
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, parse_body
 from sits.errors import SitsError, UpstreamProtocolError
-from sits.pipeline.context import RoutingRequest
-from sits.pipeline.director import AUTO_MODEL, Director
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
-from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json, render_completion, render_sse, replay
+from sits.pipeline.cached_response import (
+    CompletionAccumulator,
+    completion_from_json,
+    render_completion,
+    render_sse,
+    replay,
+)
 from sits.pipeline.canned_answer import CannedAnswer
+from sits.pipeline.context import RoutingRequest
+from sits.pipeline.director import AUTO_MODEL, Director
 from sits.pipeline.exchange import Exchange
 from sits.state.routing_table import RoutingTable
 
@@ -67,7 +74,7 @@ class OpenAIRoutes:
         if body.model_extra:
             self._note_unknown_fields(api, body.model_extra)
         stream = bool(getattr(body, "stream", False))
-        token = _bearer_token(request) if self._director.caching or self._admission else None
+        token = bearer_token(request) if self._director.caching or self._admission else None
         scope = cache_scope(None, token) if self._director.caching else "anonymous"
         priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, body.model) \
             if self._admission is not None else 1
@@ -139,8 +146,3 @@ def _canned(answer: CannedAnswer, request_id: str, stream: bool, body: Any) -> H
         return StreamingResponse(200, replay(render_sse(answer.hit, request_id, include_usage=include_usage)),
                                  headers=headers)
     return HttpResponse(200, render_completion(answer.hit, request_id), headers=headers)
-
-
-def _bearer_token(request: HttpRequest) -> str | None:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None

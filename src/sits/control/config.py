@@ -198,8 +198,13 @@ def parse_config(raw: object, source: str = "config") -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(raw)
     except ValidationError as exc:
-        lines = [f"{source}: {_path(e['loc'])}: {_message(e)}" for e in exc.errors(include_url=False)]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+        raise config_error(exc, source) from None
+
+
+def config_error(exc: ValidationError, source: str) -> ConfigError:
+    """A validation error as one ConfigError that names the path of every offending key."""
+    lines = [f"{source}: {_path(e['loc'])}: {_message(e)}" for e in exc.errors(include_url=False)]
+    return ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

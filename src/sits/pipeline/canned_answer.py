@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sits.pipeline.cached_response import cache_header, kind_of
 from sits.state.semantic_cache import CachedCompletion, CacheHit
 
 
@@ -19,13 +20,13 @@ class CannedAnswer:
     def header(self) -> tuple[bytes, bytes]:
         if self.hit.match == "static":
             return b"x-sits-fallback", b"static-template"
-        return b"x-sits-cache", f"hit; match={self.hit.match}; similarity={self.hit.similarity:.4f}".encode()
+        return cache_header(self.hit)
 
 
 def static_answer(api: str, text: str, model: str) -> CacheHit | None:
     """The configured static template, for the APIs that have an answer shape for it."""
-    kind = {"/chat/completions": "chat", "/completions": "text"}.get(api)
+    kind = kind_of(api)
     if kind is None:
         return None
-    completion = CachedCompletion(kind=kind, model=model, content=text, finish_reason="stop", created=0)  # type: ignore[arg-type]
+    completion = CachedCompletion(kind=kind, model=model, content=text, finish_reason="stop", created=0)
     return CacheHit(completion, "static", 0.0)

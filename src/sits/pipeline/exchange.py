@@ -11,8 +11,8 @@ from sits.backends.http_client import UpstreamResponse
 from sits.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.sse_guard import SseGuard
 from sits.state.endpoint_stats import EndpointStats
-from sits.state.semantic_cache import CacheKey
 from sits.state.routing_table import Endpoint
+from sits.state.semantic_cache import CacheKey
 
 
 class Exchange:
@@ -43,7 +43,7 @@ class Exchange:
         self._open = True
         self._chunks: AsyncIterator[bytes] | None = None
         self._first: bytes | None = None
-        self._guard = SseGuard(endpoint.id)
+        self._guard: SseGuard | None = None  # streams only
 
     async def read(self) -> bytes:
         ok = False
@@ -58,6 +58,7 @@ class Exchange:
         """Wait for the stream's first bytes before anything reaches the client, so a stream that
         stalls, breaks or opens with an error event can still fall back transparently."""
         self._chunks = self.response.iter_chunks()
+        self._guard = SseGuard(self.endpoint.id)
         try:
             async with asyncio.timeout(timeout_s):
                 first = await anext(self._chunks, b"")
@@ -86,7 +87,7 @@ class Exchange:
             if self._first is not None:
                 yield self._first
                 self._first = None
-            guard = self._guard
+            guard = self._guard or SseGuard(self.endpoint.id)
             async for chunk in self._chunks or self.response.iter_chunks():
                 guard.check(chunk)
                 yield chunk
