@@ -1,0 +1,1 @@
+"""Real tokenizers and the cross-family token bridge (docs/tokenizers.md)."""
