@@ -1,0 +1,258 @@
+"""The gRPC door end to end: the official grpcio client against a running gateway and a test upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+import lz4.frame
+import openai
+import orjson
+import pytest
+
+from sits.api.grpc import chat_pb2 as pb
+from sits.api.grpc import chat_pb2_grpc
+from sits.api.grpc.client_codec import chunk_of, completion_of, lz4_request
+from tests.conftest import one_model_config, sdk
+
+HI = [pb.ChatMessage(role="user", content="hi")]
+
+
+def grpc_config(url: str, **server: Any) -> dict[str, Any]:
+    return one_model_config(url, grpc_port=0, **server)
+
+
+def stub_for(gateway) -> tuple[grpc.aio.Channel, chat_pb2_grpc.ChatCompletionsStub]:
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc.bound_port}")
+    return channel, chat_pb2_grpc.ChatCompletionsStub(channel)
+
+
+async def wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
+async def test_unary_forwards_typed_and_extra_fields_and_answers_with_route_metadata(upstream, start_gateway):
+    gateway = await start_gateway(grpc_config(upstream.url))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    request = pb.ChatCompletionRequest(
+        model="m1", messages=[pb.ChatMessage(role="system", content="be brief"),
+                              pb.ChatMessage(role="user", extra_json='{"content": [{"type": "text", "text": "hi"}]}')],
+        temperature=0.7, max_tokens=12, stop=["\n"], extra_json=orjson.dumps({"tools": tools, "vendor_x": 1}).decode())
+    channel, stub = stub_for(gateway)
+    async with channel:
+        call = stub.Create(request, metadata=(("x-request-id", "req-grpc-1"),))
+        completion = completion_of(await call)
+        metadata = dict(await call.initial_metadata())
+    assert completion.choices[0].message.content == "hello from upstream-a"
+    assert completion.choices[0].finish_reason == "stop"
+    assert (completion.usage.prompt_tokens, completion.usage.total_tokens) == (5, 9)
+    assert metadata["x-sits-model"] == "m1" and metadata["x-sits-attempts"] == "m1/ep-0:ok"
+    assert metadata["x-request-id"] == "req-grpc-1"
+    sent = upstream.log.requests[-1]
+    assert sent == {"model": "m1", "messages": [{"role": "system", "content": "be brief"},
+                                                {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                    "temperature": 0.7, "max_tokens": 12, "stop": ["\n"], "tools": tools, "vendor_x": 1}
+    assert upstream.log.headers[-1]["x-request-id"] == "req-grpc-1"
+
+
+async def test_stream_yields_each_chunk_then_usage(upstream, start_gateway):
+    upstream.stream_chunks = 4
+    gateway = await start_gateway(grpc_config(upstream.url))
+    channel, stub = stub_for(gateway)
+    async with channel:
+        call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI, include_usage=True))
+        chunks = [chunk_of(m) async for m in call]
+        assert await call.code() == grpc.StatusCode.OK
+        assert dict(await call.initial_metadata())["x-sits-endpoint"] == "m1/ep-0"
+    text = "".join(c.choices[0].delta.content for c in chunks if c.choices)
+    assert text == "tok0 tok1 tok2 tok3 "
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert not chunks[-1].choices and chunks[-1].usage.completion_tokens == 4
+    assert upstream.log.requests[-1]["stream"] is True
+    assert upstream.log.requests[-1]["stream_options"] == {"include_usage": True}
+
+
+async def test_deadline_exceeded_while_upstream_hangs(upstream, start_gateway):
+    gateway = await start_gateway(grpc_config(upstream.url))
+    upstream.mode = "hang"
+    channel, stub = stub_for(gateway)
+    started = time.monotonic()
+    async with channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI), timeout=0.4)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert time.monotonic() - started < 2.0
+
+
+async def test_deadline_passing_mid_stream_cancels_the_upstream_request(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 60, 0.05
+    gateway = await start_gateway(grpc_config(upstream.url))
+    channel, stub = stub_for(gateway)
+    received = 0
+    async with channel:
+        call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI), timeout=0.6)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in call:
+                received += 1
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert 0 < received < 60
+    await wait_for(lambda: upstream.log.cancelled > 0)
+    assert upstream.log.cancelled == 1 and upstream.log.completed_streams == 0
+
+
+async def test_client_cancel_mid_stream_cancels_the_upstream_request(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 60, 0.05
+    gateway = await start_gateway(grpc_config(upstream.url))
+    channel, stub = stub_for(gateway)
+    async with channel:
+        call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI))
+        first = await call.read()
+        assert chunk_of(first).choices[0].delta.content == "tok0 "
+        call.cancel()
+        await wait_for(lambda: upstream.log.cancelled > 0)
+    assert upstream.log.cancelled == 1 and upstream.log.completed_streams == 0
+
+
+BAD_REQUESTS = [
+    # (gRPC request, the same request as HTTP JSON, status)
+    (pb.ChatCompletionRequest(model="m1", messages=HI, temperature=3.0),
+     {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "temperature": 3.0},
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (pb.ChatCompletionRequest(model="m1", messages=HI, max_tokens=0),
+     {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0},
+     grpc.StatusCode.INVALID_ARGUMENT),
+    (pb.ChatCompletionRequest(model="m1", messages=[pb.ChatMessage(role="robot", content="hi")]),
+     {"model": "m1", "messages": [{"role": "robot", "content": "hi"}]}, grpc.StatusCode.INVALID_ARGUMENT),
+    (pb.ChatCompletionRequest(model="nope", messages=HI),
+     {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, grpc.StatusCode.NOT_FOUND),
+]
+
+
+@pytest.mark.parametrize(("request_message", "json_body", "status"), BAD_REQUESTS)
+async def test_bad_requests_get_the_http_apis_message(upstream, start_gateway, request_message, json_body, status):
+    gateway = await start_gateway(grpc_config(upstream.url))
+    with pytest.raises(openai.APIStatusError) as http:
+        await sdk(gateway).chat.completions.create(**json_body)
+    channel, stub = stub_for(gateway)
+    async with channel:
+        for rpc in (stub.Create, stub.CreateStream):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                call = rpc(request_message)
+                await (call if rpc is stub.Create else call.read())
+            assert info.value.code() == status
+            assert info.value.details() == http.value.body["message"]
+            trailing = dict(info.value.trailing_metadata())
+            assert trailing["sits-error-code"] == http.value.body["code"]
+            assert trailing["sits-http-status"] == str(http.value.status_code)
+    assert upstream.log.requests == []  # nothing reached the model server
+
+
+@pytest.mark.parametrize(("request_message", "param"), [
+    (pb.ChatCompletionRequest(model="m1", messages=HI, extra_json="{not json"), "extra_json"),
+    (pb.ChatCompletionRequest(model="m1", messages=HI, extra_json='{"stream": true}'), "extra_json.stream"),
+    (pb.ChatCompletionRequest(model="m1", messages=HI, temperature=0.5, extra_json='{"temperature": 1}'),
+     "extra_json.temperature"),
+    (pb.ChatCompletionRequest(model="m1"), "messages"),
+    (pb.ChatCompletionRequest(model="m1", messages=[pb.ChatMessage(role="user", content="hi", extra_json='{"content": "x"}')]),
+     "messages[0].extra_json.content"),
+    (pb.ChatCompletionRequest(lz4_request=b"not an lz4 frame"), "lz4_request"),
+    (pb.ChatCompletionRequest(model="m1", lz4_request=lz4.frame.compress(b"")), "lz4_request"),
+])
+async def test_grpc_only_fields_are_checked_and_named(upstream, start_gateway, request_message, param):
+    gateway = await start_gateway(grpc_config(upstream.url))
+    channel, stub = stub_for(gateway)
+    async with channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Create(request_message)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(info.value.trailing_metadata())["sits-error-param"] == param
+    assert upstream.log.requests == []
+
+
+async def test_upstream_failure_maps_to_unavailable_with_attempts(upstream, start_gateway):
+    upstream.mode = "error500"
+    gateway = await start_gateway(grpc_config(upstream.url))
+    channel, stub = stub_for(gateway)
+    async with channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI))
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    trailing = dict(info.value.trailing_metadata())
+    assert trailing["sits-error-code"] == "upstream_bad_status"
+    assert trailing["x-sits-attempts"].startswith("m1/ep-0:upstream_bad_status")
+
+
+async def test_stream_cut_by_upstream_ends_with_an_error_status_not_ok(upstream, start_gateway):
+    upstream.stream_chunks, upstream.mode = 6, "cut_stream"
+    gateway = await start_gateway(grpc_config(upstream.url))
+    channel, stub = stub_for(gateway)
+    received = []
+    async with channel:
+        call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for message in call:
+                received.append(chunk_of(message))
+    assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert dict(info.value.trailing_metadata())["sits-error-code"] == "upstream_protocol_error"
+    assert len(received) == 3
+
+
+async def test_data_plane_keys_via_authorization_metadata(upstream, start_gateway):
+    gateway = await start_gateway(grpc_config(upstream.url, api_keys_env="SITS_KEYS"), secrets={"SITS_KEYS": "k1,k2"})
+    channel, stub = stub_for(gateway)
+    request = pb.ChatCompletionRequest(model="m1", messages=HI)
+    async with channel:
+        for metadata, message in [((), "this gateway needs 'Authorization: Bearer <api key>'"),
+                                  ((("authorization", "Bearer wrong"),), "invalid API key")]:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.Create(request, metadata=metadata)
+            assert (info.value.code(), info.value.details()) == (grpc.StatusCode.UNAUTHENTICATED, message)
+        answer = await stub.Create(request, metadata=(("authorization", "Bearer k2"),))
+    assert answer.completion.choices[0].message.content == "hello from upstream-a"
+
+
+PROMPT_100K = ("The quick brown fox jumps over the lazy dog; " * 2300)[:100_000]
+
+
+@pytest.mark.parametrize("compression", ["gzip", "lz4"])
+async def test_large_prompt_round_trips_compressed(upstream, start_gateway, compression):
+    gateway = await start_gateway(grpc_config(upstream.url))
+    request = pb.ChatCompletionRequest(model="m1", messages=[pb.ChatMessage(role="user", content=PROMPT_100K)])
+    channel, stub = stub_for(gateway)
+    async with channel:
+        if compression == "lz4":
+            request.response_compression = pb.COMPRESSION_LZ4
+            wrapped = lz4_request(request)
+            assert wrapped.ByteSize() < request.ByteSize() // 10
+            answer = await stub.Create(wrapped)
+            chunks = [chunk_of(m) async for m in stub.CreateStream(wrapped)]
+        else:
+            request.response_compression = pb.COMPRESSION_GZIP
+            answer = await stub.Create(request, compression=grpc.Compression.Gzip)
+            chunks = [chunk_of(m) async for m in stub.CreateStream(request, compression=grpc.Compression.Gzip)]
+    assert completion_of(answer).choices[0].message.content == "hello from upstream-a"
+    assert "".join(c.choices[0].delta.content for c in chunks) == "tok0 tok1 tok2 tok3 tok4 "
+    assert [r["messages"][0]["content"] for r in upstream.log.requests] == [PROMPT_100K, PROMPT_100K]
+
+
+async def test_large_answer_comes_back_lz4_compressed(upstream, start_gateway):
+    """The static template (last fallback step) gives an answer over 1 KiB without a special upstream."""
+    answer_text = "All model servers are busy right now; please try again in a minute. " * 40
+    config = grpc_config(upstream.url)
+    config["resilience"] = {"static_answer": answer_text[:4000]}
+    upstream.mode = "error500"
+    gateway = await start_gateway(config)
+    channel, stub = stub_for(gateway)
+    async with channel:
+        call = stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI,
+                                                    response_compression=pb.COMPRESSION_LZ4))
+        response = await call
+        metadata = dict(await call.initial_metadata())
+    assert response.WhichOneof("body") == "lz4_completion"
+    assert len(response.lz4_completion) < len(answer_text) // 4
+    assert completion_of(response).choices[0].message.content == answer_text[:4000]
+    assert metadata["x-sits-fallback"] == "static-template"
