@@ -77,7 +77,7 @@ def _drain_bound(config: GatewayConfig) -> float:
 
 
 def _child(settings: Settings, config: GatewayConfig) -> None:
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     uvloop.run(_serve_one(settings, config, reuse_port=True))
 
 

@@ -18,6 +18,10 @@ class Settings:
     config_path: Path | None = None
     workers: int = 1
     log_level: str = "info"
+    log_format: str = "json"  # json or text
+    # OpenTelemetry: the standard OTLP endpoint variable, and the sampling ratio (None: by environment).
+    otel_endpoint: str | None = None
+    otel_sampling_ratio: float | None = None
     data_dir: Path = field(default_factory=lambda: DEFAULT_DATA_DIR)
     # The environment, for secrets named in config (api_key_env); never logged.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -33,6 +37,21 @@ class Settings:
             except ValueError:
                 raise ConfigError(f"environment variable {name} must be an integer, got {value!r}") from None
 
+        def ratio(name: str) -> float | None:
+            value = environ.get(name)
+            if value in (None, ""):
+                return None
+            try:
+                parsed = float(value)
+            except ValueError:
+                parsed = -1.0
+            if not 0.0 <= parsed <= 1.0:
+                raise ConfigError(f"environment variable {name} must be a number in [0, 1], got {value!r}")
+            return parsed
+
+        log_format = environ.get("SITS_LOG_FORMAT", "json")
+        if log_format not in ("json", "text"):
+            raise ConfigError(f"environment variable SITS_LOG_FORMAT must be json or text, got {log_format!r}")
         config = environ.get("SITS_CONFIG")
         data_dir = environ.get("SITS_DATA_DIR")
         return cls(
@@ -41,6 +60,10 @@ class Settings:
             config_path=Path(config) if config else None,
             workers=integer("SITS_WORKERS") or 1,
             log_level=environ.get("SITS_LOG_LEVEL", "info"),
+            log_format=log_format,
+            otel_endpoint=environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or None,
+            otel_sampling_ratio=ratio("OTEL_SAMPLING_RATIO"),
             data_dir=Path(data_dir) if data_dir else DEFAULT_DATA_DIR,
             secrets=dict(environ),
         )

@@ -21,6 +21,10 @@ class AdminGuard:
     def __init__(self, admin_key: str | None) -> None:
         self._key = admin_key.encode() if admin_key else None
 
+    @property
+    def configured(self) -> bool:
+        return self._key is not None
+
     def check(self, request: HttpRequest) -> None:
         if self._key is None:
             raise Forbidden("the control API is disabled: set SITS_ADMIN_KEY (or control.admin_key_env) to enable it")

@@ -12,6 +12,7 @@ import orjson
 from sits.api.error_responses import render_error
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.errors import MethodNotAllowed, NotFound, SitsError
+from sits.telemetry.logging_setup import current_request_id, current_trace_id
 
 log = logging.getLogger("sits.api")
 
@@ -44,6 +45,8 @@ class Dispatcher:
 
     async def __call__(self, request: HttpRequest) -> HttpResponse | StreamingResponse:
         request_id = self.request_id_of(request)
+        current_request_id.set(request_id)  # for log lines written while handling it
+        current_trace_id.set(None)
         path = request.path.rstrip("/") or "/"
         route = self._routes.get((request.method, path))
         try:

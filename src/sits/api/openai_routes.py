@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import orjson
 
 from sits.api.auth import bearer_token
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
+from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver, stream_usage_of, usage_of
 from sits.api.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, parse_body
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
@@ -34,24 +36,33 @@ _SEEN_UNKNOWN_LIMIT = 256
 
 class OpenAIRoutes:
     def __init__(self, director: Director, table: Callable[[], RoutingTable], created: int,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, observer: RequestObserver | None = None) -> None:
         self._director = director
+        self._observer = observer
         self._admission = admission
         self._table = table
         self._created = created
         self._unknown_fields_seen: set[str] = set()
 
     async def chat_completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        body = parse_body(ChatCompletionBody, request.body)
+        body = self._parse(ChatCompletionBody, request)
         return await self._forward(request, request_id, "/chat/completions", body, body.prompt_text())
 
     async def completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        body = parse_body(CompletionBody, request.body)
+        body = self._parse(CompletionBody, request)
         return await self._forward(request, request_id, "/completions", body, body.prompt_text())
 
     async def embeddings(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        body = parse_body(EmbeddingBody, request.body)
+        body = self._parse(EmbeddingBody, request)
         return await self._forward(request, request_id, "/embeddings", body, "")
+
+    def _parse(self, schema: Any, request: HttpRequest) -> Any:
+        try:
+            return parse_body(schema, request.body)
+        except SitsError as exc:
+            if self._observer is not None and self._observer.metrics is not None:
+                self._observer.metrics.failed(UNKNOWN_MODEL, exc.http_status)
+            raise
 
     async def list_models(self, request: HttpRequest, request_id: str) -> HttpResponse:
         table = self._table()
@@ -78,10 +89,20 @@ class OpenAIRoutes:
         scope = cache_scope(None, token) if self._director.caching else "anonymous"
         priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, body.model) \
             if self._admission is not None else 1
+        seen = self._observer.begin(request, api, request_id, body.model, body) if self._observer else None
         routing = RoutingRequest(api=api, model=body.model, stream=stream, request_id=request_id,
-                                 prompt_text=prompt_text, cache_scope=scope, priority=priority)
-        exchange = await self._director.run(routing, request.body)
+                                 prompt_text=prompt_text, cache_scope=scope, priority=priority,
+                                 trace=seen.trace if seen is not None else None)
+        try:
+            exchange = await self._director.run(routing, request.body)
+        except SitsError as exc:
+            if seen is not None:
+                seen.failed(exc, prompt_text)
+            raise
         if isinstance(exchange, CannedAnswer):
+            if seen is not None:
+                source = "static-template" if exchange.hit.match == "static" else "cache"
+                seen.served(exchange.model, source, exchange.route, exchange.attempts, None, None, prompt=prompt_text)
             return _canned(exchange, request_id, stream, body)
         headers = [
             (b"x-sits-model", exchange.model.encode()),
@@ -92,8 +113,16 @@ class OpenAIRoutes:
         if exchange.intent:
             headers.append((b"x-sits-intent", exchange.intent.encode("latin-1", "replace")))
         if stream:
-            return StreamingResponse(200, self._relay_stream(exchange, api), headers=headers)
-        payload = await exchange.read()
+            return StreamingResponse(200, self._relay_stream(exchange, api, seen, prompt_text), headers=headers)
+        try:
+            payload = await exchange.read()
+        except SitsError as exc:
+            if seen is not None:
+                seen.failed(exc, prompt_text)
+            raise
+        if seen is not None:
+            seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts, exchange.first_byte_at,
+                        usage_of(payload), prompt=prompt_text)
         if exchange.cache_key is not None:
             self._director.remember(exchange, completion_from_json(api, payload))
         content_type = exchange.response.headers.get("content-type", "application/json").encode("latin-1")
@@ -108,22 +137,44 @@ class OpenAIRoutes:
                 log.info("forwarding field unknown to SITS unchanged: %s in %s", name, api)
 
 
-    async def _relay_stream(self, exchange: Exchange, api: str) -> AsyncIterator[bytes]:
+    async def _relay_stream(self, exchange: Exchange, api: str, seen: Observation | None = None,
+                            prompt: str = "") -> AsyncIterator[bytes]:
         """Relay upstream SSE bytes as they come. A stream that breaks gets an SSE error event and
         ends without `[DONE]`, so a client can never mistake a cut answer for a complete one."""
         tail = b""
+        last = b""  # the last chunk before [DONE]: where include_usage puts the usage event
         accumulator = CompletionAccumulator(api) if exchange.cache_key is not None else None
+        gaps = seen.inter_token(exchange.model, exchange.endpoint.id) if seen is not None else None
+        previous = 0.0
+        status = 499  # until the stream ends one way or the other: the client went away
         try:
             async for chunk in exchange.chunks():
                 tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
                 if accumulator is not None:
                     accumulator.feed(chunk)
+                if gaps is not None:
+                    now = perf_counter()
+                    if previous:
+                        gaps.observe(now - previous)
+                    previous = now
+                    if b'"usage":{' in chunk:
+                        last = chunk
                 yield chunk
             if b"[DONE]" not in tail:
                 raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
+            status = 200
         except SitsError as exc:
+            status = exc.http_status
+            if seen is not None:
+                seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
+                            exchange.first_byte_at, None, status=status, prompt=prompt, error=exc.message)
             yield _error_event(exchange, exc)
             return
+        finally:
+            if seen is not None:  # no-op when already recorded above
+                seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
+                            exchange.first_byte_at, stream_usage_of(last) if last else None, status=status, prompt=prompt,
+                            error=None if status == 200 else "client closed the stream")
         if accumulator is not None:
             self._director.remember(exchange, accumulator.result())
 

@@ -48,11 +48,13 @@ class OpenAIUpstream:
             enc = self._encoded[endpoint] = _EncodedEndpoint(endpoint, pool)
         return enc
 
-    async def send(self, endpoint: Endpoint, api_path: bytes, body: bytes, request_id: str) -> UpstreamResponse:
+    async def send(self, endpoint: Endpoint, api_path: bytes, body: bytes, request_id: str,
+                   trace_headers: bytes = b"") -> UpstreamResponse:
+        """`trace_headers`: ready-encoded `traceparent` / `baggage` lines (each ending in CRLF), or empty."""
         enc = self._encoded.get(endpoint) or self._encode(endpoint)
         data = b"".join((
             b"POST ", enc.path_prefix, api_path, b" HTTP/1.1\r\n",
-            enc.static_headers,
+            enc.static_headers, trace_headers,
             b"x-request-id: ", request_id.encode("latin-1"),
             b"\r\ncontent-length: %d\r\n\r\n" % len(body),
             body,

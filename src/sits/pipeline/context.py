@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sits.telemetry.tracing import RequestTrace
+
 
 @dataclass(frozen=True, slots=True)
 class RoutingRequest:
@@ -20,3 +22,4 @@ class RoutingRequest:
     priority: int = 1  # admission class: 0 real-time, 1 interactive, 2 batch
     tenant: str | None = None
     cache_scope: str = "anonymous"  # whose cache entries this request may see
+    trace: RequestTrace | None = None  # this request's spans, when tracing is on

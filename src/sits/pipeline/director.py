@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import orjson
 
@@ -29,6 +30,8 @@ from sits.state.endpoint_stats import StatsStore
 from sits.state.retry_budget import RetryBudget
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.state.semantic_cache import CachedCompletion
+from sits.telemetry.metrics import GatewayMetrics
+from sits.telemetry.tracing import end_span, operation_of
 from sits.understanding.tier_rule import choose_tier, nearest_tiers
 from sits.understanding.understander import RequestUnderstander
 
@@ -52,13 +55,15 @@ class Director:
         understander: RequestUnderstander | None,
         clock: Callable[[], float],
         rng: random.Random,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._health = health
         self._answers = answers
         self._admission = admission
         self._understander = understander
         self._breakers = breakers
-        self._chain = FallbackChain(self._send, budget, breakers, health, clock, fallback_policy)
+        self._chain = FallbackChain(self._send, budget, breakers, health, clock, fallback_policy, metrics)
         self._table = table
         self._scheduler = scheduler
         self._backend = backend
@@ -70,24 +75,38 @@ class Director:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
         or answer from the cache / static template."""
         table = self._table()
+        metrics, trace = self._metrics, request.trace
         model, why, intent = await self._resolve_model(table, request)
         key = self._answers.key(request, body) if self._answers.enabled else None
         if key is not None:
             hit = await self._answers.before_upstream(key, opted_in=model.cache)
+            if metrics is not None:
+                metrics.cache_lookup("miss" if hit is None else f"{hit.match}-hit")
             if hit is not None:
+                if metrics is not None:
+                    metrics.decision(model.name, "cache-hit")
                 return CannedAnswer(hit, model.name, f"cache{why}", intent=intent)
         now = self._clock()
-        ticket = await self._admission.admit(model.name, request.priority, now) if self._admission else None
+        ticket = await self._admit(model.name, request, now) if self._admission else None
         try:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
+            span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
             primary, route = self._plan(model, request, now, "primary")
+            end_span(span, attributes={"sits.route": route})
+            if metrics is not None:
+                metrics.decision(model.name, _decision_reason(route, why))
             try:
                 exchange = await self._chain.run(request, body, self._plans(table, primary, request, now))
             except AttemptsFailed as failed:
+                span = trace.stage("fallback", {"sits.model": model.name}) if trace is not None else None
                 hit = await self._answers.last_resort(key, request, model.name)
+                end_span(span, attributes={"sits.fallback": "none" if hit is None else hit.match})
                 if hit is None:
                     raise _final_error(model.name, failed) from None
                 kind = "static-template" if hit.match == "static" else "semantic-cache"
+                if metrics is not None:
+                    metrics.fallback(model.name, kind)
+                    metrics.decision(model.name, f"fallback-{kind}")
                 if ticket is not None:
                     ticket.release()
                 return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts),
@@ -101,6 +120,23 @@ class Director:
         exchange.intent = intent
         exchange.on_finish = ticket.release if ticket is not None else None  # the slot is held until the body ends
         return exchange
+
+    async def _admit(self, model: str, request: RoutingRequest, now: float) -> Any:
+        """An admission ticket (waiting in the priority queue if need be), timed for metrics and spans."""
+        assert self._admission is not None
+        trace, metrics = request.trace, self._metrics
+        span = trace.stage("admit", {"sits.priority": request.priority}) if trace is not None else None
+        try:
+            ticket = await self._admission.admit(model, request.priority, now)
+        except Overloaded as exc:
+            end_span(span, exc.message)
+            if metrics is not None:
+                metrics.shed(request.priority)
+            raise
+        end_span(span)
+        if metrics is not None:
+            metrics.admitted(request.priority, self._clock() - now)
+        return ticket
 
     def attach_understander(self, understander: RequestUnderstander) -> None:
         """At startup, once its embedding model is loaded."""
@@ -150,13 +186,22 @@ class Director:
         if endpoint.upstream_model != request.model:
             body = _with_model(body, endpoint.upstream_model)
         stats = self._stats.get(endpoint.id)
+        span, trace_headers = None, b""
+        if request.trace is not None:
+            span, trace_headers = request.trace.attempt(operation_of(request.api), endpoint.upstream_model, {
+                "gen_ai.operation.name": operation_of(request.api), "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": endpoint.upstream_model, "server.address": endpoint.host,
+                "server.port": endpoint.port, "sits.endpoint": endpoint.id, "sits.model": model,
+            })
         started = self._clock()
         stats.started()
         in_flight = stats.in_flight
         try:
-            response = await self._backend.send(endpoint, request.api.encode(), body, request.request_id)
+            response = await self._backend.send(endpoint, request.api.encode(), body, request.request_id,
+                                                 trace_headers)
         except BaseException as exc:
             now = self._clock()
+            end_span(span, getattr(exc, "message", None) or type(exc).__name__)
             stats.finished(now - started, ok=False)
             if self._admission is not None and _is_load_signal(exc):
                 self._admission.observe(endpoint.id, now - started, in_flight, True, now)
@@ -165,7 +210,9 @@ class Director:
         stats.first_token(now - started)  # time to response headers: the TTFT a gateway can see
         if self._admission is not None:
             self._admission.observe(endpoint.id, now - started, in_flight, False, now)
-        return Exchange(endpoint, model, "", response, stats, self._clock, started)
+        exchange = Exchange(endpoint, model, "", response, stats, self._clock, started)
+        exchange.span = span
+        return exchange
 
     async def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str, str]:
         """The model to serve the request, the route explanation, and the `x-sits-intent` value."""
@@ -173,20 +220,29 @@ class Director:
         if entry is not None:
             return entry, "", ""
         if request.model == AUTO_MODEL and table.models:
-            if self._understander is None:
-                choice = choose_tier(request.prompt_text)
-                return self._in_tier(table, choice.tier), f"; auto=tier {choice.tier}: {choice.reason}", ""
-            u = await self._understander.understand(request.prompt_text, self._load(table), tuple(table.models))
-            header = u.intent_header()
-            if u.route is not None and u.route.model in table.models:
-                return table.models[u.route.model], f"; auto=intent route {u.intent} -> {u.route.model}", header
-            if u.router is not None and u.router.model in table.models:
-                return table.models[u.router.model], f"; auto=quality router: {u.router.reason}", header
-            return self._in_tier(table, u.tier), f"; auto=tier {u.tier}: {u.reason}", header
+            span = request.trace.stage("classify") if request.trace is not None else None
+            try:
+                entry, why, header = await self._understand(table, request)
+            finally:
+                end_span(span)
+            return entry, why, header
         available = ", ".join(table.names()) or "(none)"
         raise ModelNotFound(
             f"The model '{request.model}' does not exist. Available models: {available}", param="model"
         )
+
+    async def _understand(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str, str]:
+        """Model "auto": intent routes, the quality router, or the tier rule choose the model."""
+        if self._understander is None:
+            choice = choose_tier(request.prompt_text)
+            return self._in_tier(table, choice.tier), f"; auto=tier {choice.tier}: {choice.reason}", ""
+        u = await self._understander.understand(request.prompt_text, self._load(table), tuple(table.models))
+        header = u.intent_header()
+        if u.route is not None and u.route.model in table.models:
+            return table.models[u.route.model], f"; auto=intent route {u.intent} -> {u.route.model}", header
+        if u.router is not None and u.router.model in table.models:
+            return table.models[u.router.model], f"; auto=quality router: {u.router.reason}", header
+        return self._in_tier(table, u.tier), f"; auto=tier {u.tier}: {u.reason}", header
 
     @staticmethod
     def _in_tier(table: RoutingTable, tier: str) -> ModelEntry:
@@ -220,6 +276,19 @@ class Director:
                 dynamic_weight=s.dynamic_weight,
             ))
         return views
+
+
+def _decision_reason(route: str, why: str) -> str:
+    """The bounded `reason` label of a routing decision, from the route explanation."""
+    if why.startswith("; auto=intent"):
+        return "auto-intent"
+    if why.startswith("; auto=quality"):
+        return "auto-quality-router"
+    if why.startswith("; auto=tier"):
+        return "auto-tier"
+    if route.startswith("profile=none; pick=none"):
+        return "no-endpoint-ready"
+    return "only-endpoint" if route.endswith("reason=only endpoint") else "scheduled"
 
 
 def _with_model(body: bytes, model: str) -> bytes:

@@ -13,11 +13,12 @@ from sits.pipeline.sse_guard import SseGuard
 from sits.state.endpoint_stats import EndpointStats
 from sits.state.routing_table import Endpoint
 from sits.state.semantic_cache import CacheKey
+from sits.telemetry.tracing import Span, end_span
 
 
 class Exchange:
-    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent", "_guard", "_stats", "_clock", "_started", "_open",
-                 "_chunks", "_first")
+    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent", "span",
+                 "first_byte_at", "_guard", "_stats", "_clock", "_started", "_open", "_chunks", "_first")
 
     def __init__(
         self,
@@ -37,6 +38,8 @@ class Exchange:
         self.cache_key: CacheKey | None = None  # set when the answer may be stored for the cache steps
         self.on_finish: Callable[[], None] | None = None  # e.g. give back the admission slot
         self.intent = ""  # x-sits-intent, when the request was understood (model "auto")
+        self.span: Span | None = None  # the upstream attempt's span, ended with the exchange
+        self.first_byte_at = clock()  # headers in; for streams, moved to the first event
         self._stats = stats
         self._clock = clock
         self._started = started
@@ -80,6 +83,7 @@ class Exchange:
             self.close()
             raise
         self._first = first
+        self.first_byte_at = self._clock()
 
     async def chunks(self) -> AsyncIterator[bytes]:
         ok = False
@@ -103,6 +107,8 @@ class Exchange:
         if self._open:
             self._open = False
             self._stats.finished(self._clock() - self._started, ok)
+            if self.span is not None:
+                end_span(self.span, None if ok else "the exchange did not complete")
             if self.on_finish is not None:
                 self.on_finish()
 

@@ -22,6 +22,7 @@ from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.retry_budget import RetryBudget
 from sits.state.routing_table import Endpoint, ModelEntry
+from sits.telemetry.metrics import GatewayMetrics
 
 PlanKind = Literal["primary", "fallback", "larger-context"]
 Send = Callable[[Endpoint, str, RoutingRequest, bytes], Awaitable[Exchange]]
@@ -61,7 +62,9 @@ def is_context_error(error: SitsError) -> bool:
 
 class FallbackChain:
     def __init__(self, send: Send, budget: RetryBudget, breakers: CircuitBreakers, health: HealthBoard,
-                 clock: Callable[[], float], policy: FallbackPolicy = FallbackPolicy()) -> None:
+                 clock: Callable[[], float], policy: FallbackPolicy = FallbackPolicy(),
+                 metrics: GatewayMetrics | None = None) -> None:
+        self._metrics = metrics
         self._send = send
         self._budget = budget
         self._breakers = breakers
@@ -78,7 +81,10 @@ class FallbackChain:
         now = self._clock()
         self._budget.note_request(now)
         deadline = now + self.policy.request_timeout_s if self.policy.request_timeout_s else None
+        metrics = self._metrics
+        asked_for = ""
         for plan in plans:
+            asked_for = asked_for or plan.model.name
             if plan.kind == "larger-context" and not context_exceeded:
                 continue
             siblings = [e.id for e in plan.model.endpoints]
@@ -104,6 +110,8 @@ class FallbackChain:
                                                               body)
                 except UpstreamError as exc:
                     attempts.append(f"{endpoint.id}:{exc.code}")
+                    if metrics is not None:
+                        metrics.attempt(asked_for, endpoint.id, exc.code or "error", retry=len(attempts) > 1)
                     last = exc
                     if is_context_error(exc):
                         context_exceeded = True
@@ -121,6 +129,10 @@ class FallbackChain:
                 self._breakers.on_success(endpoint.id)
                 self._health.request_succeeded(endpoint.id)
                 attempts.append(f"{endpoint.id}:ok")
+                if metrics is not None:
+                    metrics.attempt(asked_for, endpoint.id, "ok", retry=len(attempts) > 1)
+                    if plan.kind != "primary":
+                        metrics.fallback(asked_for, plan.kind)
                 exchange.attempts = ",".join(attempts)
                 return exchange
         raise AttemptsFailed(last, attempts, only_unavailable)

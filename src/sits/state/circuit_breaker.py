@@ -66,5 +66,10 @@ class CircuitBreakers:
             breaker.state, breaker.opened_at, breaker.trial_in_flight = "open", now, False
             breaker.opened_count += 1
 
+    def opened_count(self, endpoint_id: str) -> int:
+        """How many times the endpoint's circuit has opened (for metrics)."""
+        breaker = self._by_id.get(endpoint_id)
+        return breaker.opened_count if breaker is not None else 0
+
     def forget(self, endpoint_id: str) -> None:
         self._by_id.pop(endpoint_id, None)

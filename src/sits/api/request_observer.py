@@ -1,0 +1,155 @@
+"""Step 5 of a request at the HTTP edge: metrics, the server span, the decision log, the access log.
+
+One `Observation` per data-plane request, begun when the body is parsed and finished exactly once,
+when the last byte of the answer is written or the request failed. Model labels come from the
+routing table only (a client cannot grow the label set by inventing model names).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from sits.api.http_types import HttpRequest
+from sits.errors import SitsError
+from sits.state.routing_table import RoutingTable
+from sits.telemetry.config import LogsConfig
+from sits.telemetry.decision_log import Decision, DecisionLog
+from sits.telemetry.logging_setup import current_trace_id
+from sits.telemetry.metrics import GatewayMetrics
+from sits.telemetry.tracing import RequestTrace, Tracing, operation_of
+
+access_log = logging.getLogger("sits.access")
+UNKNOWN_MODEL = "unknown"
+
+
+class RequestObserver:
+    def __init__(self, metrics: GatewayMetrics | None, tracing: Tracing, decisions: DecisionLog, logs: LogsConfig,
+                 table: Callable[[], RoutingTable], clock: Callable[[], float] = time.perf_counter,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.metrics = metrics
+        self.tracing = tracing
+        self.decisions = decisions
+        self.logs = logs
+        self._table = table
+        self._clock = clock
+        self._wall_clock = wall_clock
+
+    def begin(self, request: HttpRequest, api: str, request_id: str, model: str, body: Any) -> Observation:
+        trace = None
+        if self.tracing.enabled:
+            attributes: dict[str, Any] = {
+                "http.request.method": request.method, "url.path": request.path,
+                "gen_ai.operation.name": operation_of(api), "gen_ai.request.model": model,
+                "sits.request_id": request_id,
+            }
+            for name in ("max_tokens", "temperature", "top_p"):
+                value = getattr(body, name, None)
+                if isinstance(value, int | float):
+                    attributes[f"gen_ai.request.{name}"] = value
+            trace = self.tracing.start_request(request.method, request.path, request.headers, attributes)
+            if trace is not None:
+                current_trace_id.set(trace.trace_id)
+        return Observation(self, api, request_id, model, self._clock(), trace)
+
+    def label(self, model: str) -> str:
+        table = self._table()
+        return model if model in table.models or model in table.aliases else UNKNOWN_MODEL
+
+
+class Observation:
+    __slots__ = ("_observer", "api", "request_id", "model", "started", "trace", "_done")
+
+    def __init__(self, observer: RequestObserver, api: str, request_id: str, model: str, started: float,
+                 trace: RequestTrace | None) -> None:
+        self._observer = observer
+        self.api = api
+        self.request_id = request_id
+        self.model = model
+        self.started = started
+        self.trace = trace
+        self._done = False
+
+    def inter_token(self, model: str, endpoint: str) -> Any:
+        """The histogram a stream relay observes chunk gaps on, or None when metrics are off."""
+        metrics = self._observer.metrics
+        return metrics.inter_token(model, endpoint) if metrics is not None else None
+
+    def served(self, model: str, endpoint: str, route: str, attempts: str, first_byte_at: float | None,
+               usage: tuple[int, int] | None, status: int = 200, prompt: str = "", error: str | None = None) -> None:
+        if self._done:
+            return
+        self._done = True
+        o = self._observer
+        seconds = o._clock() - self.started
+        if o.metrics is not None:
+            ttft_s = first_byte_at - self.started if first_byte_at else None
+            o.metrics.served(model, endpoint, status, seconds, ttft_s)
+            if usage is not None:
+                o.metrics.usage(model, *usage)
+        if o.decisions.enabled:
+            o.decisions.add(Decision(o._wall_clock(), self.request_id, model, endpoint, route, status,
+                                     round(seconds * 1000, 3), attempts))
+        if self.trace is not None:
+            attributes: dict[str, Any] = {"gen_ai.response.model": model, "sits.endpoint": endpoint,
+                                          "sits.route": route}
+            if usage is not None:
+                attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"] = usage
+            self.trace.finish(status, attributes, error)
+        if o.logs.access_log:
+            self._access(status, seconds, model=model, endpoint=endpoint, route=route, attempts=attempts,
+                         prompt=prompt, error=error)
+
+    def failed(self, error: SitsError, prompt: str = "") -> None:
+        if self._done:
+            return
+        self._done = True
+        o = self._observer
+        seconds = o._clock() - self.started
+        model = o.label(self.model)
+        if o.metrics is not None:
+            o.metrics.failed(model, error.http_status)
+        if o.decisions.enabled:
+            o.decisions.add(Decision(o._wall_clock(), self.request_id, model, "none", "", error.http_status,
+                                     round(seconds * 1000, 3), ""))
+        if self.trace is not None:
+            self.trace.finish(error.http_status, {"error.type": error.code or error.error_type}, error.message)
+        if o.logs.access_log:
+            self._access(error.http_status, seconds, model=model, error=error.message, prompt=prompt)
+
+    def _access(self, status: int, seconds: float, prompt: str, **fields: Any) -> None:
+        extra = {"api": self.api, "status": status, "latency_ms": round(seconds * 1000, 3),
+                 **{k: v for k, v in fields.items() if v}}
+        if self._observer.logs.log_prompts and prompt:
+            extra["prompt"] = prompt
+        access_log.info("request", extra=extra)
+
+
+def usage_of(payload: bytes) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) from a JSON answer's `usage`, if it has one."""
+    if b'"usage"' not in payload:
+        return None
+    try:
+        usage = orjson.loads(payload).get("usage")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (prompt if isinstance(prompt, int) else 0, completion if isinstance(completion, int) else 0)
+
+
+def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
+    """Usage from the last events of a stream (sent when the client asked for include_usage)."""
+    at = tail.rfind(b'"usage":{')
+    if at < 0:
+        return None
+    start = tail.rfind(b"data: ", 0, at)
+    end = tail.find(b"\n", at)
+    if start < 0:
+        return None
+    return usage_of(tail[start + 6:end if end >= 0 else len(tail)])

@@ -1,0 +1,178 @@
+"""Tracing, metrics and runtime sampling against a running gateway, a real OTLP/HTTP receiver and
+the official SDK as the client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import base_url, sdk
+from tests.otlp_receiver import OtlpReceiver
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+SERVER, CLIENT = 2, 3
+ADMIN = {"SITS_ADMIN_KEY": "admin-secret"}
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[OtlpReceiver]:
+    r = OtlpReceiver()
+    await r.start()
+    yield r
+    await r.stop()
+
+
+def config(primary: str, backup: str | None = None, **telemetry: Any) -> dict[str, Any]:
+    models: list[dict[str, Any]] = [{"name": "m1", "endpoints": [{"url": primary}],
+                                     "fallbacks": ["backup"] if backup else []}]
+    if backup:
+        models.append({"name": "backup", "endpoints": [{"url": backup}]})
+    return {"server": {"drain_timeout_s": 2}, "models": models, "telemetry": telemetry,
+            "control": {"admin_key_env": "SITS_ADMIN_KEY"}}
+
+
+async def scrape(gateway) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async with aiohttp.ClientSession() as session, session.get(base_url(gateway) + "/metrics") as response:
+        assert response.status == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        text = await response.text()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_spans_link_to_the_caller_and_propagate_into_the_upstream(upstream, receiver, start_gateway):
+    gateway = await start_gateway(config(upstream.url, tracing={"endpoint": receiver.url}))
+    headers = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "baggage": "tenant=acme"}
+    client = sdk(gateway)
+    await client.chat.completions.create(model="m1", messages=MESSAGES, max_tokens=7, extra_headers=headers)
+
+    def complete(spans):
+        return any(s.kind == CLIENT for s in spans) and any(s.kind == SERVER for s in spans)
+    spans = await receiver.wait_for(complete)
+    server = next(s for s in spans if s.kind == SERVER)
+    attempt = next(s for s in spans if s.kind == CLIENT)
+    schedule = next(s for s in spans if s.name == "sits.schedule")
+    assert server.trace_id == attempt.trace_id == schedule.trace_id == CLIENT_TRACE
+    assert server.parent_span_id == CLIENT_SPAN  # the caller's span is the gateway span's parent
+    assert attempt.parent_span_id == server.span_id and schedule.parent_span_id == server.span_id
+    assert server.name == "POST /v1/chat/completions"
+    assert server.attributes["gen_ai.request.model"] == "m1"
+    assert server.attributes["gen_ai.request.max_tokens"] == 7
+    assert server.attributes["gen_ai.usage.output_tokens"] == 4
+    assert server.attributes["http.response.status_code"] == 200
+    assert attempt.name == "chat m1"
+    assert attempt.attributes["gen_ai.operation.name"] == "chat"
+    assert attempt.attributes["server.port"] == upstream.port
+    assert server.service_name == "sits"
+    # The upstream saw the attempt span as its parent, and the caller's baggage.
+    sent = upstream.log.headers[-1]
+    assert sent["traceparent"] == f"00-{CLIENT_TRACE}-{attempt.span_id}-01"
+    assert sent["baggage"] == "tenant=acme"
+
+
+async def test_a_fallback_shows_as_two_attempts_the_first_failed(upstream, upstream_b, receiver, start_gateway):
+    upstream.mode = "error500"
+    gateway = await start_gateway(config(upstream.url, upstream_b.url, tracing={"endpoint": receiver.url}))
+    await sdk(gateway).chat.completions.create(model="m1", messages=MESSAGES)
+    spans = await receiver.wait_for(lambda s: sum(x.kind == CLIENT for x in s) == 2 and any(x.kind == SERVER for x in s))
+    attempts = sorted((s for s in spans if s.kind == CLIENT), key=lambda s: s.attributes["sits.endpoint"])
+    assert [a.attributes["sits.endpoint"] for a in attempts] == ["backup/ep-0", "m1/ep-0"]
+    assert [a.status_code for a in attempts] == [0, 2]  # the failed attempt is marked as an error
+    server = next(s for s in spans if s.kind == SERVER)
+    assert server.attributes["gen_ai.response.model"] == "backup"
+
+
+async def test_sampling_changes_at_runtime_without_restart(upstream, receiver, start_gateway):
+    gateway = await start_gateway(config(upstream.url, tracing={"endpoint": receiver.url}), secrets=ADMIN)
+    url = base_url(gateway)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url + "/v1/health/otel") as r:
+            state = await r.json()
+        assert state["enabled"] and state["sampling_ratio"] == 1.0 and state["environment"] == "poc"
+        async with session.put(url + "/v1/telemetry/sampling", json={"environment": "production"}) as r:
+            assert r.status == 401  # the admin key is required
+        async with session.put(url + "/v1/telemetry/sampling", json={"ratio": 2},
+                               headers={"authorization": "Bearer admin-secret"}) as r:
+            assert r.status in (400, 422) and (await r.json())["error"]["param"] == "ratio"
+        async with session.put(url + "/v1/telemetry/sampling", json={"ratio": 0.0},
+                               headers={"authorization": "Bearer admin-secret"}) as r:
+            assert r.status == 200 and (await r.json())["sampling_ratio"] == 0.0
+    await sdk(gateway).chat.completions.create(model="m1", messages=MESSAGES)
+    await asyncio.to_thread(gateway.tracing.flush)
+    assert receiver.spans == []
+    # Unsampled, a trace id still reaches the upstream, with the sampled flag (bit 0) off.
+    assert int(upstream.log.headers[-1]["traceparent"].rsplit("-", 1)[1], 16) & 1 == 0
+    async with aiohttp.ClientSession() as session:
+        async with session.put(url + "/v1/telemetry/sampling", json={"environment": "canary"},
+                               headers={"authorization": "Bearer admin-secret"}) as r:
+            assert (await r.json())["sampling_ratio"] == 0.1
+
+
+async def test_metrics_after_real_traffic(upstream, upstream_b, start_gateway):
+    upstream.chunk_delay = 0.01  # events arrive apart, so the relay sees gaps between them
+    gateway = await start_gateway(config(upstream.url, upstream_b.url))
+    client = sdk(gateway)
+    for _ in range(3):
+        await client.chat.completions.create(model="m1", messages=MESSAGES)
+    for _ in range(2):
+        stream = await client.chat.completions.create(model="m1", messages=MESSAGES, stream=True,
+                                                      stream_options={"include_usage": True})
+        async for _chunk in stream:
+            pass
+    with pytest.raises(Exception):
+        await client.chat.completions.create(model="no-such-model", messages=MESSAGES)
+    upstream.mode = "error500"
+    await client.chat.completions.create(model="m1", messages=MESSAGES)  # answered by the fallback
+
+    m = await scrape(gateway)
+    assert value(m, "sits_requests_total", model="m1", endpoint="m1/ep-0", status="200") == 5
+    assert value(m, "sits_requests_total", model="backup", endpoint="backup/ep-0", status="200") == 1
+    assert value(m, "sits_requests_total", model="unknown", endpoint="none", status="404") == 1
+    assert value(m, "sits_request_duration_seconds_count", model="m1", endpoint="m1/ep-0") == 5
+    assert value(m, "sits_time_to_first_token_seconds_count", model="m1", endpoint="m1/ep-0") == 5
+    # 2 streams of 5 content events 10 ms apart: at least 4 gaps each between relayed chunks
+    assert value(m, "sits_inter_token_latency_seconds_count", model="m1", endpoint="m1/ep-0") >= 8
+    assert value(m, "sits_tokens_total", model="m1", direction="input") == 5 * 5
+    assert value(m, "sits_tokens_total", model="m1", direction="output") == 3 * 4 + 2 * 5
+    assert value(m, "sits_routing_decisions_total", model="m1", reason="only-endpoint") == 6
+    assert value(m, "sits_fallbacks_total", model="m1", kind="fallback") == 1
+    assert value(m, "sits_retries_total", model="m1") == 1
+    assert value(m, "sits_upstream_attempts_total", endpoint="m1/ep-0", outcome="upstream_bad_status") == 1
+    assert value(m, "sits_endpoint_in_flight_requests", model="m1", endpoint="m1/ep-0") == 0
+    assert value(m, "sits_circuit_state", model="m1", endpoint="m1/ep-0", state="closed") == 1
+    assert value(m, "sits_endpoint_available", model="backup", endpoint="backup/ep-0") == 1
+
+
+async def test_cache_hits_and_queue_wait_are_counted(upstream, start_gateway):
+    cfg = config(upstream.url)
+    cfg["semantic_cache"] = {"enabled": True, "threshold": 1.0}
+    cfg["models"][0]["cache"] = True
+    cfg["admission"] = {"enabled": True}
+    gateway = await start_gateway(cfg)
+    client = sdk(gateway)
+    for _ in range(3):
+        await client.chat.completions.create(model="m1", messages=MESSAGES, temperature=0)
+    m = await scrape(gateway)
+    assert value(m, "sits_cache_lookups_total", result="miss") == 1
+    assert value(m, "sits_cache_lookups_total", result="exact-hit") == 2
+    assert value(m, "sits_routing_decisions_total", model="m1", reason="cache-hit") == 2
+    assert value(m, "sits_admission_queue_wait_seconds_count", priority="1") == 1
+    assert value(m, "sits_requests_total", model="m1", endpoint="cache", status="200") == 2
+
+
+async def test_metrics_can_be_turned_off(upstream, start_gateway):
+    gateway = await start_gateway(config(upstream.url) | {"telemetry": {"metrics": False}})
+    async with aiohttp.ClientSession() as session, session.get(base_url(gateway) + "/metrics") as response:
+        assert response.status == 404
+        assert "metrics are off" in (await response.json())["error"]["message"]
