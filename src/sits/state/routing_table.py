@@ -6,7 +6,7 @@ the table it started with, so a change never half-applies to a request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -62,17 +62,31 @@ class ModelEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class AliasSplit:
+    """A canary: `weight` of an alias's new requests go to its target, the rest to `stable`.
+    `draw` (uniform in [0, 1), seeded by the composition root) decides each request."""
+
+    stable: str
+    weight: float
+    draw: Callable[[], float] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class RoutingTable:
     models: Mapping[str, ModelEntry]
     aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     version: int = 1
+    splits: Mapping[str, AliasSplit] = field(default_factory=lambda: MappingProxyType({}))  # canaries by alias
 
     def resolve(self, name: str) -> ModelEntry | None:
-        """A model by its name or one of its aliases."""
+        """A model by its name or one of its aliases (a canary alias: its target or its stable model)."""
         entry = self.models.get(name)
         if entry is None:
             target = self.aliases.get(name)
             if target is not None:
+                split = self.splits.get(name) if self.splits else None
+                if split is not None and split.draw() >= split.weight:
+                    target = split.stable
                 entry = self.models.get(target)
         return entry
 

@@ -1,0 +1,117 @@
+"""Aliases that switch between model versions on every replica, without a coordinator.
+
+A switch is one last-writer-wins register write, stamped by this replica's hybrid logical
+clock: concurrent switches on different replicas resolve to the same winner everywhere (the
+later stamp; the replica id breaks ties). New requests follow the winner as soon as a replica
+merges it (its routing table is rebuilt and swapped in whole); requests already in flight keep
+the table they started with and finish on the old version, which then drains and retires
+(see alias_phase). Aliases from the config file are the base; replicated switches override them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+from sits.control.alias_phase import Phase, alias_phase, member_progress
+from sits.errors import Conflict, UnprocessableRequest
+from sits.state.crdt.hlc import Stamp
+from sits.state.crdt.lww_map import LWWMap
+from sits.state.endpoint_stats import StatsStore
+from sits.state.replication.document import ClusterDoc
+from sits.state.replication.records import AliasProgress, AliasRoute
+from sits.state.replication.replica import Replica
+from sits.state.routing_table import AliasSplit, RoutingTable
+
+
+@dataclass(frozen=True, slots=True)
+class AliasView:
+    alias: str
+    target: str
+    previous: str | None
+    canary_weight: float
+    epoch: int
+    stamp: Stamp | None  # None: straight from the config file, never switched
+    phase: Phase
+    replicas: dict[str, dict[str, bool]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias, "target": self.target, "previous": self.previous,
+            "canary_weight": self.canary_weight, "epoch": self.epoch, "phase": self.phase,
+            "stamp": None if self.stamp is None else self.stamp.to_wire(), "replicas": self.replicas,
+        }
+
+
+class AliasSwitchboard:
+    def __init__(self, replica: Replica, rng: random.Random) -> None:
+        self._replica = replica
+        self._draw = rng.random
+
+    def overlay(self, table: RoutingTable) -> RoutingTable:
+        """`table` (from the registry) with the replicated aliases on top. A route whose target this
+        replica does not serve is skipped (the config alias, if any, stays) until the model appears."""
+        aliases = dict(table.aliases)
+        splits: dict[str, AliasSplit] = {}
+        for alias, route in self._replica.doc.aliases.items():
+            if alias in table.models or route.target not in table.models:
+                continue
+            aliases[alias] = route.target
+            if route.is_canary and route.previous in table.models:
+                assert route.previous is not None
+                splits[alias] = AliasSplit(route.previous, route.canary_weight, self._draw)
+        return replace(table, aliases=MappingProxyType(aliases), splits=MappingProxyType(splits))
+
+    def switch(self, served: RoutingTable, alias: str, to: str, canary_weight: float | None) -> AliasRoute:
+        """Point `alias` at model `to` on every replica (`canary_weight`: only that share of new requests).
+        Validated whole before anything changes; the caller persists, then acknowledges."""
+        if alias in served.models:
+            raise Conflict(f"'{alias}' is a model, not an alias; pick another alias name", param="alias")
+        if to not in served.models:
+            hint = f"; '{to}' is an alias" if to in served.aliases else ""
+            raise UnprocessableRequest(f"'to': no model named '{to}' is served here{hint}", param="to")
+        current = self._replica.doc.aliases.get(alias)
+        current_target = current.target if current is not None else served.aliases.get(alias)
+        previous = current_target if current_target != to else (current.previous if current is not None else None)
+        weight = 1.0 if canary_weight is None else canary_weight
+        if weight < 1.0 and (previous is None or previous not in served.models):
+            raise UnprocessableRequest(
+                f"'canary_weight': alias '{alias}' has no current model for the other {1 - weight:.0%} of requests",
+                param="canary_weight")
+        route = AliasRoute(to, previous, weight, (current.epoch if current is not None else 0) + 1)
+        self._replica.commit(ClusterDoc(aliases=LWWMap[AliasRoute]().put(alias, route, self._replica.stamp())))
+        return route
+
+    def progress(self, served: RoutingTable, stats: StatsStore) -> dict[str, AliasProgress]:
+        """This replica's progress through each replicated switch, for its status entry."""
+        out = {}
+        for alias, register in self._replica.doc.aliases.entries.items():
+            route = register.value
+            if route is None or served.aliases.get(alias) != route.target:
+                continue  # not routing by it (yet): its target is not served here
+            old = served.models.get(route.previous) if route.previous else None
+            drained = not route.is_canary and (old is None or all(stats.get(e.id).in_flight == 0
+                                                                  for e in old.endpoints))
+            out[alias] = AliasProgress(register.stamp, drained)
+        return out
+
+    def views(self, served: RoutingTable, members: list[str]) -> list[AliasView]:
+        doc = self._replica.doc
+        views = []
+        for alias in sorted({*served.aliases, *(a for a, _ in doc.aliases.items())}):
+            register = doc.aliases.entries.get(alias)
+            route = register.value if register is not None else None
+            if route is None or register is None:
+                if alias not in served.aliases:
+                    continue  # removed, and no config alias underneath
+                views.append(AliasView(alias, served.aliases[alias], None, 1.0, 0, None, "active", {}))
+                continue
+            views.append(AliasView(
+                alias, route.target, route.previous, route.canary_weight, route.epoch, register.stamp,
+                alias_phase(alias, route, register.stamp, doc.replicas, members),
+                member_progress(alias, register.stamp, doc.replicas, members),
+            ))
+        return views
+

@@ -1,0 +1,1 @@
+"""The replicated cluster document and the transports that spread it between replicas."""
