@@ -56,3 +56,19 @@ def test_keys_never_reach_a_log_line():
     assert "sk-proj" not in redact("key sk-proj-ABCDEFGH12345678 leaked")
     line = orjson.loads(JsonFormatter().format(record("calling with Bearer abc.def", header="Bearer xyz")))
     assert "abc.def" not in line["msg"] and "xyz" not in line["header"]
+
+
+def test_histograms_render_cumulative_buckets_with_le_semantics():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = GatewayMetrics()
+    for seconds in (0.004, 0.005, 0.02, 7.0, 500.0):
+        metrics.served("m", "m/ep-0", 200, seconds, None)
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())}
+    samples = {(s.name, s.labels.get("le")): s.value for s in families["sits_request_duration_seconds"].samples}
+    assert samples[("sits_request_duration_seconds_bucket", "0.005")] == 2  # 0.005 itself is <= 0.005
+    assert samples[("sits_request_duration_seconds_bucket", "0.025")] == 3
+    assert samples[("sits_request_duration_seconds_bucket", "10.0")] == 4
+    assert samples[("sits_request_duration_seconds_bucket", "+Inf")] == 5
+    assert samples[("sits_request_duration_seconds_count", None)] == 5
+    assert abs(samples[("sits_request_duration_seconds_sum", None)] - 507.029) < 1e-9

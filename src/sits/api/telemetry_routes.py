@@ -115,20 +115,9 @@ class TelemetryRoutes:
         m = self._metrics
         if m is None:
             return {}
-        totals = {"requests": 0.0, "errors": 0.0, "cache_lookups": 0.0, "cache_hits": 0.0, "fallbacks": 0.0,
-                  "retries": 0.0}
-        for sample in _samples(m.requests):
-            totals["requests"] += sample.value
-            if not sample.labels["status"].startswith("2"):
-                totals["errors"] += sample.value
-        for sample in _samples(m.cache):
-            totals["cache_lookups"] += sample.value
-            if sample.labels["result"] != "miss":
-                totals["cache_hits"] += sample.value
-        totals["fallbacks"] = sum(s.value for s in _samples(m.fallbacks))
-        totals["retries"] = sum(s.value for s in _samples(m.retries))
-        return totals
+        errors = sum(v for (_, _, status), v in list(m.requests.values.items()) if not status.startswith("2"))
+        hits = sum(v for (result,), v in list(m.cache.values.items()) if result != "miss")
+        return {"requests": sum(m.requests.values.values()), "errors": errors,
+                "cache_lookups": sum(m.cache.values.values()), "cache_hits": hits,
+                "fallbacks": sum(m.fallbacks.values.values()), "retries": sum(m.retries.values.values())}
 
-
-def _samples(counter: Any) -> list[Any]:
-    return [s for family in counter.collect() for s in family.samples if s.name.endswith("_total")]

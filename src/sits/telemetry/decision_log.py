@@ -1,22 +1,15 @@
-"""The last N routing decisions with their outcome, for the dashboard's live view (bounded)."""
+"""The last N routing decisions with their outcome, for the dashboard's live view (bounded).
+
+Kept as plain tuples: building a dataclass per request cost more than the rest of the record.
+"""
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    at: float  # unix time
-    request_id: str
-    model: str
-    endpoint: str
-    route: str  # the x-sits-route value: profile, pick, reason
-    status: int
-    latency_ms: float
-    attempts: str
+FIELDS = ("at", "request_id", "model", "endpoint", "route", "status", "latency_ms", "attempts")
+Decision = tuple[float, str, str, str, str, int, float, str]  # in FIELDS order; `at` is unix time
 
 
 class DecisionLog:
@@ -30,4 +23,4 @@ class DecisionLog:
     def recent(self, limit: int) -> list[dict[str, Any]]:
         """Newest first."""
         items = list(self._items)[-limit:] if limit > 0 else []
-        return [asdict(d) for d in reversed(items)]
+        return [dict(zip(FIELDS, d)) for d in reversed(items)]
