@@ -54,13 +54,14 @@ def operation_of(api: str) -> str:
 class RequestTrace:
     """One request's spans. `context` carries the server span plus the caller's baggage."""
 
-    __slots__ = ("_tracer", "root", "context", "recording")
+    __slots__ = ("_tracer", "root", "context", "recording", "_baggage")
 
-    def __init__(self, tracer: trace.Tracer, root: Span, context: Context) -> None:
+    def __init__(self, tracer: trace.Tracer, root: Span, context: Context, baggage: str | None = None) -> None:
         self._tracer = tracer
         self.root = root
         self.context = context
         self.recording = root.is_recording()
+        self._baggage = f"baggage: {baggage}\r\n".encode("latin-1", "replace") if baggage else b""
 
     def stage(self, name: str, attributes: Mapping[str, Any] | None = None) -> Span | None:
         """A per-stage span (`sits.<name>`), or None when this request is not being recorded."""
@@ -73,12 +74,13 @@ class RequestTrace:
         if self.recording:
             span = self._tracer.start_span(f"{operation} {upstream_model}", context=self.context,
                                            kind=SpanKind.CLIENT, attributes=attributes)
-            context = trace.set_span_in_context(span, self.context)
         else:
-            span, context = None, self.context
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=context)
-        return span, "".join(f"{k}: {v}\r\n" for k, v in carrier.items()).encode("latin-1", "replace")
+            span = None
+        # W3C traceparent written directly (the propagator's generic carrier costs more than the span);
+        # the caller's baggage is passed on as received.
+        c = (span or self.root).get_span_context()
+        traceparent = f"traceparent: 00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}\r\n"
+        return span, traceparent.encode() + self._baggage
 
     def finish(self, status: int, attributes: Mapping[str, Any] | None = None, error: str | None = None) -> None:
         root = self.root
@@ -132,10 +134,12 @@ class Tracing:
                       attributes: Mapping[str, Any]) -> RequestTrace | None:
         if not self.enabled:
             return None
-        parent = _PROPAGATOR.extract(headers)
+        baggage = headers.get("baggage")
+        parent = _PROPAGATOR.extract(headers) if baggage or "traceparent" in headers else Context()
         root = self._tracer.start_span(f"{method} {path}", context=parent, kind=SpanKind.SERVER,
                                        attributes=attributes)
-        return RequestTrace(self._tracer, root, trace.set_span_in_context(root, parent))
+        return RequestTrace(self._tracer, root, trace.set_span_in_context(root, parent),
+                            baggage[:8192] if baggage else None)
 
     def set_sampling(self, ratio: float | None = None, environment: str | None = None) -> None:
         """Change sampling at runtime: an explicit ratio, or the named environment's ratio."""
