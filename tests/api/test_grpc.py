@@ -14,7 +14,7 @@ import pytest
 
 from sits.api.grpc import chat_pb2 as pb
 from sits.api.grpc import chat_pb2_grpc
-from sits.api.grpc.client_codec import chunk_of, completion_of, lz4_request
+from sits.api.grpc.client_codec import chunks_of, completion_of, lz4_request
 from tests.conftest import one_model_config, sdk
 
 HI = [pb.ChatMessage(role="user", content="hi")]
@@ -44,14 +44,13 @@ async def test_unary_forwards_typed_and_extra_fields_and_answers_with_route_meta
         temperature=0.7, max_tokens=12, stop=["\n"], extra_json=orjson.dumps({"tools": tools, "vendor_x": 1}).decode())
     channel, stub = stub_for(gateway)
     async with channel:
-        call = stub.Create(request, metadata=(("x-request-id", "req-grpc-1"),))
-        completion = completion_of(await call)
-        metadata = dict(await call.initial_metadata())
+        response = await stub.Create(request, metadata=(("x-request-id", "req-grpc-1"),))
+        completion = completion_of(response)
     assert completion.choices[0].message.content == "hello from upstream-a"
     assert completion.choices[0].finish_reason == "stop"
     assert (completion.usage.prompt_tokens, completion.usage.total_tokens) == (5, 9)
-    assert metadata["x-sits-model"] == "m1" and metadata["x-sits-attempts"] == "m1/ep-0:ok"
-    assert metadata["x-request-id"] == "req-grpc-1"
+    assert (response.route.model, response.route.endpoint, response.route.attempts) == ("m1", "m1/ep-0", "m1/ep-0:ok")
+    assert response.route.request_id == "req-grpc-1"
     sent = upstream.log.requests[-1]
     assert sent == {"model": "m1", "messages": [{"role": "system", "content": "be brief"},
                                                 {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
@@ -65,9 +64,11 @@ async def test_stream_yields_each_chunk_then_usage(upstream, start_gateway):
     channel, stub = stub_for(gateway)
     async with channel:
         call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI, include_usage=True))
-        chunks = [chunk_of(m) async for m in call]
+        messages = [m async for m in call]
         assert await call.code() == grpc.StatusCode.OK
-        assert dict(await call.initial_metadata())["x-sits-endpoint"] == "m1/ep-0"
+    assert messages[0].route.endpoint == "m1/ep-0" and messages[0].route.request_id
+    assert not any(m.HasField("route") for m in messages[1:])
+    chunks = [c for m in messages for c in chunks_of(m)]
     text = "".join(c.choices[0].delta.content for c in chunks if c.choices)
     assert text == "tok0 tok1 tok2 tok3 "
     assert chunks[-2].choices[0].finish_reason == "stop"
@@ -111,7 +112,7 @@ async def test_client_cancel_mid_stream_cancels_the_upstream_request(upstream, s
     async with channel:
         call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI))
         first = await call.read()
-        assert chunk_of(first).choices[0].delta.content == "tok0 "
+        assert chunks_of(first)[0].choices[0].delta.content == "tok0 "
         call.cancel()
         await wait_for(lambda: upstream.log.cancelled > 0)
     assert upstream.log.cancelled == 1 and upstream.log.completed_streams == 0
@@ -195,7 +196,7 @@ async def test_stream_cut_by_upstream_ends_with_an_error_status_not_ok(upstream,
         call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI))
         with pytest.raises(grpc.aio.AioRpcError) as info:
             async for message in call:
-                received.append(chunk_of(message))
+                received += chunks_of(message)
     assert info.value.code() == grpc.StatusCode.INTERNAL
     assert dict(info.value.trailing_metadata())["sits-error-code"] == "upstream_protocol_error"
     assert len(received) == 3
@@ -229,11 +230,12 @@ async def test_large_prompt_round_trips_compressed(upstream, start_gateway, comp
             wrapped = lz4_request(request)
             assert wrapped.ByteSize() < request.ByteSize() // 10
             answer = await stub.Create(wrapped)
-            chunks = [chunk_of(m) async for m in stub.CreateStream(wrapped)]
+            chunks = [c async for m in stub.CreateStream(wrapped) for c in chunks_of(m)]
         else:
             request.response_compression = pb.COMPRESSION_GZIP
             answer = await stub.Create(request, compression=grpc.Compression.Gzip)
-            chunks = [chunk_of(m) async for m in stub.CreateStream(request, compression=grpc.Compression.Gzip)]
+            chunks = [c async for m in stub.CreateStream(request, compression=grpc.Compression.Gzip)
+                      for c in chunks_of(m)]
     assert completion_of(answer).choices[0].message.content == "hello from upstream-a"
     assert "".join(c.choices[0].delta.content for c in chunks) == "tok0 tok1 tok2 tok3 tok4 "
     assert [r["messages"][0]["content"] for r in upstream.log.requests] == [PROMPT_100K, PROMPT_100K]
@@ -241,18 +243,21 @@ async def test_large_prompt_round_trips_compressed(upstream, start_gateway, comp
 
 async def test_large_answer_comes_back_lz4_compressed(upstream, start_gateway):
     """The static template (last fallback step) gives an answer over 1 KiB without a special upstream."""
-    answer_text = "All model servers are busy right now; please try again in a minute. " * 40
+    answer_text = ("All model servers are busy right now; please try again in a minute. " * 60)[:4000]
     config = grpc_config(upstream.url)
-    config["resilience"] = {"static_answer": answer_text[:4000]}
+    config["resilience"] = {"static_answer": answer_text}
     upstream.mode = "error500"
     gateway = await start_gateway(config)
+    request = pb.ChatCompletionRequest(model="m1", messages=HI, response_compression=pb.COMPRESSION_LZ4)
     channel, stub = stub_for(gateway)
     async with channel:
-        call = stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI,
-                                                    response_compression=pb.COMPRESSION_LZ4))
-        response = await call
-        metadata = dict(await call.initial_metadata())
+        response = await stub.Create(request)
+        messages = [m async for m in stub.CreateStream(request)]
     assert response.WhichOneof("body") == "lz4_completion"
     assert len(response.lz4_completion) < len(answer_text) // 4
-    assert completion_of(response).choices[0].message.content == answer_text[:4000]
-    assert metadata["x-sits-fallback"] == "static-template"
+    assert completion_of(response).choices[0].message.content == answer_text
+    assert response.route.fallback == "static-template"
+    assert len(messages) == 1 and messages[0].lz4_chunks and not messages[0].chunks
+    streamed = "".join(c.choices[0].delta.content for c in chunks_of(messages[0]) if c.choices)
+    assert streamed == answer_text
+    assert messages[0].route.fallback == "static-template"

@@ -116,13 +116,35 @@ class ChatCompletion(_message.Message):
     extra_json: str
     def __init__(self, id: _Optional[str] = ..., created: _Optional[int] = ..., model: _Optional[str] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., system_fingerprint: _Optional[str] = ..., extra_json: _Optional[str] = ...) -> None: ...
 
+class Route(_message.Message):
+    __slots__ = ("request_id", "model", "endpoint", "route", "attempts", "intent", "cache", "fallback")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    endpoint: str
+    route: str
+    attempts: str
+    intent: str
+    cache: str
+    fallback: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., route: _Optional[str] = ..., attempts: _Optional[str] = ..., intent: _Optional[str] = ..., cache: _Optional[str] = ..., fallback: _Optional[str] = ...) -> None: ...
+
 class ChatCompletionResponse(_message.Message):
-    __slots__ = ("completion", "lz4_completion")
+    __slots__ = ("completion", "lz4_completion", "route")
     COMPLETION_FIELD_NUMBER: _ClassVar[int]
     LZ4_COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
     completion: ChatCompletion
     lz4_completion: bytes
-    def __init__(self, completion: _Optional[_Union[ChatCompletion, _Mapping]] = ..., lz4_completion: _Optional[bytes] = ...) -> None: ...
+    route: Route
+    def __init__(self, completion: _Optional[_Union[ChatCompletion, _Mapping]] = ..., lz4_completion: _Optional[bytes] = ..., route: _Optional[_Union[Route, _Mapping]] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("role", "content", "extra_json")
@@ -165,9 +187,11 @@ class ChatCompletionChunk(_message.Message):
     def __init__(self, id: _Optional[str] = ..., created: _Optional[int] = ..., model: _Optional[str] = ..., choices: _Optional[_Iterable[_Union[ChunkChoice, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., system_fingerprint: _Optional[str] = ..., extra_json: _Optional[str] = ...) -> None: ...
 
 class ChatCompletionStreamResponse(_message.Message):
-    __slots__ = ("chunk", "lz4_chunk")
-    CHUNK_FIELD_NUMBER: _ClassVar[int]
-    LZ4_CHUNK_FIELD_NUMBER: _ClassVar[int]
-    chunk: ChatCompletionChunk
-    lz4_chunk: bytes
-    def __init__(self, chunk: _Optional[_Union[ChatCompletionChunk, _Mapping]] = ..., lz4_chunk: _Optional[bytes] = ...) -> None: ...
+    __slots__ = ("chunks", "lz4_chunks", "route")
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    LZ4_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    chunks: _containers.RepeatedCompositeFieldContainer[ChatCompletionChunk]
+    lz4_chunks: bytes
+    route: Route
+    def __init__(self, chunks: _Optional[_Iterable[_Union[ChatCompletionChunk, _Mapping]]] = ..., lz4_chunks: _Optional[bytes] = ..., route: _Optional[_Union[Route, _Mapping]] = ...) -> None: ...

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class ChatCompletionsStub:
-    """Missing associated documentation comment in .proto file."""
+    """Chat completions through the gateway: one director, two front doors (HTTP and this).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -47,7 +48,8 @@ class ChatCompletionsStub:
 
 
 class ChatCompletionsServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Chat completions through the gateway: one director, two front doors (HTTP and this).
+    """
 
     def Create(self, request, context):
         """One request, one complete `chat.completion`.
@@ -57,8 +59,9 @@ class ChatCompletionsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateStream(self, request, context):
-        """One request; the answer's `chat.completion.chunk` events as they arrive from the model server.
-        A stream that breaks after its first event ends with an error status, never with OK.
+        """One request; the answer's `chat.completion.chunk` events as they arrive from the model server
+        (events that arrive together travel in one message). A stream that breaks after its first event
+        ends with an error status, never with OK.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -86,7 +89,8 @@ def add_ChatCompletionsServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ChatCompletions:
-    """Missing associated documentation comment in .proto file."""
+    """Chat completions through the gateway: one director, two front doors (HTTP and this).
+    """
 
     @staticmethod
     def Create(request,

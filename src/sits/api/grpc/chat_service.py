@@ -23,7 +23,7 @@ from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc import lz4_messages
 from sits.api.grpc.request_codec import request_body
 from sits.api.grpc.response_codec import SseEvents, chunk_from_event, completion_from_body
-from sits.api.grpc.status_codes import grpc_status, metadata_value
+from sits.api.grpc.status_codes import grpc_status
 from sits.api.http_types import HttpRequest
 from sits.api.schemas import ChatCompletionBody, parse_body
 from sits.errors import InvalidRequest, SitsError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
@@ -66,7 +66,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         headers = _headers(context)
         request_id = self._request_id_of(headers)
         try:
-            async with _bounded_by_deadline(context):
+            async with _CallDeadline(context):
                 return await self._create(request, context, headers, request_id)
         except SitsError as exc:
             error = exc
@@ -82,7 +82,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         headers = _headers(context)
         request_id = self._request_id_of(headers)
         try:
-            async with _bounded_by_deadline(context):
+            async with _CallDeadline(context):
                 await self._create_stream(request, context, headers, request_id)
             return
         except SitsError as exc:
@@ -102,7 +102,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         answer = await self._director.run(call.routing, call.body)
         if isinstance(answer, CannedAnswer):
             completion = completion_from_body(render_completion(answer.hit, request_id), "cache")
-            metadata = _canned_metadata(answer, request_id)
+            route = _canned_route(answer, request_id)
         else:
             try:
                 payload = await answer.read()
@@ -111,13 +111,12 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
             completion = completion_from_body(payload, answer.endpoint.id)
             if answer.cache_key is not None:
                 self._director.remember(answer, completion_from_json(API, payload))
-            metadata = _exchange_metadata(answer, request_id)
+            route = _exchange_route(answer, request_id)
         self._compress_with_gzip(context, call)
-        await context.send_initial_metadata(metadata)
-        serialized_size = completion.ByteSize() if call.compression == pb.COMPRESSION_LZ4 else 0
-        if serialized_size >= lz4_messages.MIN_COMPRESSED_CHUNK_BYTES:
-            return pb.ChatCompletionResponse(lz4_completion=lz4_messages.compress(completion.SerializeToString()))
-        return pb.ChatCompletionResponse(completion=completion)
+        if call.compression == pb.COMPRESSION_LZ4 and completion.ByteSize() >= lz4_messages.MIN_COMPRESSED_BYTES:
+            return pb.ChatCompletionResponse(lz4_completion=lz4_messages.compress(completion.SerializeToString()),
+                                             route=route)
+        return pb.ChatCompletionResponse(completion=completion, route=route)
 
     async def _create_stream(self, request: pb.ChatCompletionRequest, context: grpc.aio.ServicerContext,
                              headers: HttpRequest, request_id: str) -> None:
@@ -125,39 +124,43 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         answer = await self._director.run(call.routing, call.body)
         self._compress_with_gzip(context, call)
         if isinstance(answer, CannedAnswer):
-            await context.send_initial_metadata(_canned_metadata(answer, request_id))
             events = SseEvents("cache")
-            for event in render_sse(answer.hit, request_id, include_usage=call.include_usage):
-                for payload in events.feed(event):
-                    if payload != b"[DONE]":
-                        await self._write_chunk(context, call, payload, "cache")
+            payloads = [p for e in render_sse(answer.hit, request_id, include_usage=call.include_usage)
+                        for p in events.feed(e) if p != b"[DONE]"]
+            await _write(context, call, [_chunk(p, "cache") for p in payloads], _canned_route(answer, request_id))
             return
         try:
-            await context.send_initial_metadata(_exchange_metadata(answer, request_id))
-            await self._relay(answer, context, call)
+            await self._relay(answer, context, call, _exchange_route(answer, request_id))
         except SitsError as exc:
             log.warning("stream from %s failed: %s", answer.endpoint.id, exc.message)
             raise
         finally:
             answer.close()  # no-op after a complete stream; on cancel or deadline it cancels the upstream request
 
-    async def _relay(self, exchange: Exchange, context: grpc.aio.ServicerContext, call: _Call) -> None:
+    async def _relay(self, exchange: Exchange, context: grpc.aio.ServicerContext, call: _Call, route: pb.Route) -> None:
         """Upstream SSE events as stream messages, as they come. A stream without `[DONE]` is an
         error status, so a client can never mistake a cut answer for a complete one."""
         source = exchange.endpoint.id
         events = SseEvents(source)
         accumulator = CompletionAccumulator(API) if exchange.cache_key is not None else None
         done = False
-        async for chunk in exchange.chunks():
+        first: pb.Route | None = route
+        async for data in exchange.chunks():
             if accumulator is not None:
-                accumulator.feed(chunk)
-            for payload in events.feed(chunk):
+                accumulator.feed(data)
+            chunks = []
+            for payload in events.feed(data):
                 if payload == b"[DONE]":
                     done = True
                 elif payload:
-                    await self._write_chunk(context, call, payload, source)
+                    chunks.append(_chunk(payload, source))
+            if chunks:
+                await _write(context, call, chunks, first)
+                first = None
         if not done:
             raise UpstreamProtocolError(f"upstream {source} ended the stream without [DONE]")
+        if first is not None:  # a stream of no events still says who answered
+            await _write(context, call, [], first)
         if accumulator is not None:
             self._director.remember(exchange, accumulator.result())
 
@@ -199,30 +202,36 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         if call.compression == pb.COMPRESSION_GZIP:
             context.set_compression(grpc.Compression.Gzip)
 
-    @staticmethod
-    async def _write_chunk(context: grpc.aio.ServicerContext, call: _Call, payload: bytes, source: str) -> None:
-        try:
-            event = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise UpstreamProtocolError(f"upstream {source} sent an SSE event that is not JSON: "
-                                        f"{payload[:80].decode('utf-8', 'replace')!r}") from None
-        if not isinstance(event, dict):
-            raise UpstreamProtocolError(f"upstream {source} sent an SSE event that is not a JSON object")
-        if "error" in event:
-            error = event["error"]
-            message = error.get("message", error) if isinstance(error, dict) else error
-            raise UpstreamError(f"upstream {source} streamed an error: {message}")
-        chunk = chunk_from_event(event)
-        if call.compression == pb.COMPRESSION_NONE:
-            await context.write(pb.ChatCompletionStreamResponse(chunk=chunk))
-            return
-        small = chunk.ByteSize() < lz4_messages.MIN_COMPRESSED_CHUNK_BYTES
-        if call.compression == pb.COMPRESSION_LZ4 and not small:
-            await context.write(pb.ChatCompletionStreamResponse(lz4_chunk=lz4_messages.compress(chunk.SerializeToString())))
-            return
-        if small and call.compression == pb.COMPRESSION_GZIP:
-            context.disable_next_message_compression()  # gzip would make a small chunk larger
-        await context.write(pb.ChatCompletionStreamResponse(chunk=chunk))
+
+def _chunk(payload: bytes, source: str) -> pb.ChatCompletionChunk:
+    try:
+        event = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError(f"upstream {source} sent an SSE event that is not JSON: "
+                                    f"{payload[:80].decode('utf-8', 'replace')!r}") from None
+    if not isinstance(event, dict):
+        raise UpstreamProtocolError(f"upstream {source} sent an SSE event that is not a JSON object")
+    if "error" in event:
+        error = event["error"]
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise UpstreamError(f"upstream {source} streamed an error: {message}")
+    return chunk_from_event(event)
+
+
+async def _write(context: grpc.aio.ServicerContext, call: _Call, chunks: list[pb.ChatCompletionChunk],
+                 route: pb.Route | None) -> None:
+    """One stream message; compressed as the call asked when it is big enough to gain from it."""
+    message = pb.ChatCompletionStreamResponse(chunks=chunks, route=route)
+    if call.compression == pb.COMPRESSION_NONE:
+        await context.write(message)
+        return
+    small = message.ByteSize() < lz4_messages.MIN_COMPRESSED_BYTES
+    if call.compression == pb.COMPRESSION_LZ4 and not small:
+        packed = lz4_messages.compress(pb.ChatCompletionStreamResponse(chunks=chunks).SerializeToString())
+        message = pb.ChatCompletionStreamResponse(lz4_chunks=packed, route=route)
+    elif call.compression == pb.COMPRESSION_GZIP and small:
+        context.disable_next_message_compression()  # gzip would make a small message larger
+    await context.write(message)
 
 
 def _headers(context: grpc.aio.ServicerContext) -> HttpRequest:
@@ -231,7 +240,7 @@ def _headers(context: grpc.aio.ServicerContext) -> HttpRequest:
     return HttpRequest("POST", HTTP_PATH, "", {k: v for k, v in metadata.items() if isinstance(v, str)}, b"")
 
 
-class _bounded_by_deadline:
+class _CallDeadline:
     """The call's deadline as an asyncio timeout over the whole call: when it passes, the pending
     upstream work is cancelled and the call ends DEADLINE_EXCEEDED with the HTTP door's 504 message."""
 
@@ -253,23 +262,20 @@ class _bounded_by_deadline:
                                   f"complete; the upstream request was cancelled") from None
 
 
-def _exchange_metadata(exchange: Exchange, request_id: str) -> tuple[tuple[str, str], ...]:
-    metadata = [("x-request-id", request_id), ("x-sits-model", exchange.model),
-                ("x-sits-endpoint", exchange.endpoint.id), ("x-sits-route", exchange.route),
-                ("x-sits-attempts", exchange.attempts)]
-    if exchange.intent:
-        metadata.append(("x-sits-intent", exchange.intent))
-    return tuple((k, metadata_value(v)) for k, v in metadata)
+def _exchange_route(exchange: Exchange, request_id: str) -> pb.Route:
+    return pb.Route(request_id=request_id, model=exchange.model, endpoint=exchange.endpoint.id, route=exchange.route,
+                    attempts=exchange.attempts, intent=exchange.intent)
 
 
-def _canned_metadata(answer: CannedAnswer, request_id: str) -> tuple[tuple[str, str], ...]:
+def _canned_route(answer: CannedAnswer, request_id: str) -> pb.Route:
+    route = pb.Route(request_id=request_id, model=answer.model, route=answer.route, attempts=answer.attempts,
+                     intent=answer.intent)
     name, value = answer.header
-    metadata = [("x-request-id", request_id), ("x-sits-model", answer.model),
-                (name.decode("latin-1"), value.decode("latin-1")), ("x-sits-route", answer.route),
-                ("x-sits-attempts", answer.attempts)]
-    if answer.intent:
-        metadata.append(("x-sits-intent", answer.intent))
-    return tuple((k, metadata_value(v)) for k, v in metadata)
+    if name == b"x-sits-cache":
+        route.cache = value.decode("latin-1")
+    else:
+        route.fallback = value.decode("latin-1")
+    return route
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: SitsError, request_id: str) -> None:

@@ -22,7 +22,8 @@ def completion_of(response: pb.ChatCompletionResponse) -> pb.ChatCompletion:
     return response.completion
 
 
-def chunk_of(response: pb.ChatCompletionStreamResponse) -> pb.ChatCompletionChunk:
-    if response.WhichOneof("body") == "lz4_chunk":
-        return pb.ChatCompletionChunk.FromString(lz4.frame.decompress(response.lz4_chunk))
-    return response.chunk
+def chunks_of(response: pb.ChatCompletionStreamResponse) -> list[pb.ChatCompletionChunk]:
+    """The chunks one stream message carries, in order."""
+    if response.lz4_chunks:
+        return list(pb.ChatCompletionStreamResponse.FromString(lz4.frame.decompress(response.lz4_chunks)).chunks)
+    return list(response.chunks)

@@ -11,9 +11,9 @@ import lz4.frame
 
 from sits.errors import InvalidRequest, PayloadTooLarge
 
-# Below this a serialized stream chunk goes out plain: LZ4's frame header (about 15 bytes) and
-# literal runs make small messages larger, not smaller.
-MIN_COMPRESSED_CHUNK_BYTES = 1024
+# Below this an answer message goes out plain: LZ4's frame header (about 15 bytes) and literal
+# runs make small messages larger, not smaller (gzip's likewise).
+MIN_COMPRESSED_BYTES = 1024
 
 
 def compress(data: bytes) -> bytes:
