@@ -60,6 +60,8 @@ def _default_profile() -> ProfileSpec:
             ScorerSpec(type="peak-ewma-scorer", weight=1.0),
             ScorerSpec(type="kv-cache-scorer", weight=0.5),
             ScorerSpec(type="prefix-affinity-scorer", weight=1.0),
+            # 0 for all unless a LoRA adapter is asked for; then it outweighs the others together (3.5)
+            ScorerSpec(type="adapter-affinity-scorer", weight=4.0),
         ],
         picker=PluginSpec(type="max-score-picker"),
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sits.scheduling.framework import Filter, Picker, Profile, Scorer
+from sits.scheduling.plugins.adapter_affinity_scorer import AdapterAffinityScorer
 from sits.scheduling.plugins.capability_filter import CapabilityFilter
 from sits.scheduling.plugins.context_window_filter import ContextWindowFilter
 from sits.scheduling.plugins.cost_scorer import CostScorer
@@ -66,7 +67,7 @@ def builtin_plugins() -> PluginRegistry:
         filters=_by_name(ModelMatchFilter, HealthyFilter, CapabilityFilter, ContextWindowFilter, SlaFilter,
                          MemoryHeadroomFilter, TierFilter, RandomSampleFilter),
         scorers=_by_name(LeastInflightScorer, QueueDepthScorer, KvCacheScorer, PeakEwmaScorer, CostScorer,
-                         PrefixAffinityScorer, DynamicWeightScorer),
+                         PrefixAffinityScorer, DynamicWeightScorer, AdapterAffinityScorer),
         pickers=_by_name(MaxScorePicker, RoundRobinPicker, WeightedRoundRobinPicker, WeightedRandomPicker),
         handlers=_by_name(SingleProfileHandler, TierProfileHandler, SplitProfileHandler),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # Capability names a request may need and an endpoint may offer.
@@ -23,6 +24,9 @@ class SchedulingRequest:
     sla_ms: float | None = None  # the request's own latency bound, if it carries one
     tier: str | None = None
     prefix_hash: int | None = None  # stable hash of the prompt's leading text, for prefix affinity
+    adapter_endpoints: frozenset[str] = frozenset()  # endpoints that have the requested LoRA adapter loaded
+    # The exact prompt token count for this model's tokenizer, computed only if called (pure, no I/O).
+    count_prompt_tokens: Callable[[], int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,11 @@ from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
+# The len/4 estimate decides alone unless it lands within this share of a window; then, if the
+# model's tokenizer is known, the prompt is counted exactly (a few hundred microseconds per KB).
+EXACT_COUNT_BAND = 0.2
+
+
 class ContextWindowFilterParams(PluginParams):
     # completion tokens to reserve when the request gives no max_tokens
     default_completion_tokens: int = Field(default=0, ge=0)
@@ -26,5 +31,11 @@ class ContextWindowFilter:
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:
-        need = request.prompt_tokens_estimate + (request.max_tokens or self._default_completion)
+        completion = request.max_tokens or self._default_completion
+        need = request.prompt_tokens_estimate + completion
+        if request.count_prompt_tokens is not None and any(
+            e.context_window is not None and abs(e.context_window - need) <= EXACT_COUNT_BAND * e.context_window
+            for e in endpoints
+        ):
+            need = request.count_prompt_tokens() + completion  # the estimate is too close to call: count
         return [e for e in endpoints if e.context_window is None or e.context_window >= need]

@@ -1,0 +1,277 @@
+"""LoRA / QLoRA / IA3 adapters by PEFT directory: registered, checked against their base model,
+activated on the base model's vLLM endpoints, and routed as `model: "base:adapter"`.
+
+Registration validates at once and keeps the report; activation refuses an adapter with any
+violation. The data plane reads two things, without awaiting: the variant entry of a
+`base:adapter` name and the endpoints that hold an adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sits.backends.vllm_admin import VllmAdmin
+from sits.control.adapters.base_model import BaseModelSpec, load_base_spec
+from sits.control.adapters.contract import EngineLimits, Violation, check_contract
+from sits.control.adapters.peft_files import AdapterFileError, read_adapter
+from sits.control.adapters.schemas import AdapterRegistration, BaseModelDeclaration
+from sits.errors import (
+    Conflict,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+    SitsError,
+    UnprocessableRequest,
+    UpstreamError,
+)
+from sits.state.routing_table import ModelEntry, RoutingTable
+
+SEPARATOR = ":"
+_MAX_CACHED_VARIANTS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRecord:
+    name: str
+    path: str
+    engine_path: str
+    base_model: str
+    kind: str
+    dtype: str | None
+    rank: int | None
+    target_modules: tuple[str, ...]
+    violations: tuple[Violation, ...]
+    loaded_on: frozenset[str] = frozenset()
+
+    @property
+    def valid(self) -> bool:
+        return not self.violations
+
+    @property
+    def variant(self) -> str:
+        """The model name clients ask for: `base:adapter`."""
+        return f"{self.base_model}{SEPARATOR}{self.name}"
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "model": self.variant, "base_model": self.base_model, "kind": self.kind,
+                "path": self.path, "engine_path": self.engine_path, "dtype": self.dtype, "rank": self.rank,
+                "target_modules": list(self.target_modules), "valid": self.valid,
+                "violations": [v.as_dict() for v in self.violations], "loaded_on": sorted(self.loaded_on)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Base:
+    declaration: BaseModelDeclaration
+    spec: BaseModelSpec
+
+
+class AdapterRegistry:
+    def __init__(self, table: Callable[[], RoutingTable], admin: VllmAdmin) -> None:
+        self._table = table
+        self._admin = admin
+        self._records: dict[str, AdapterRecord] = {}
+        self._bases: dict[str, _Base] = {}
+        self._registrations: dict[str, AdapterRegistration] = {}
+        self._lock = asyncio.Lock()
+        self._variants: dict[tuple[int, str], ModelEntry | None] = {}  # a cache of resolve()
+
+    # -- control plane ---------------------------------------------------------
+
+    async def register(self, reg: AdapterRegistration) -> AdapterRecord:
+        async with self._lock:
+            table = self._table()
+            if reg.base_model not in table.models:
+                raise ModelNotFound(f"base model {reg.base_model!r} is not served here", param="base_model")
+            current = self._records.get(reg.name)
+            if current is not None and current.loaded_on:
+                raise Conflict(f"adapter {reg.name!r} is active on {', '.join(sorted(current.loaded_on))}; "
+                               "deactivate it before registering it again", param="name")
+            base = await self._base(reg)
+            record = await asyncio.to_thread(_checked, reg, base)
+            self._registrations[reg.name] = reg
+            self._set(record)
+            return record
+
+    async def validate(self, name: str) -> AdapterRecord:
+        """Check the files again (they may have changed on disk); keeps where it is loaded."""
+        async with self._lock:
+            reg = self._registration(name)
+            record = await asyncio.to_thread(_checked, reg, self._bases[reg.base_model])
+            record = dataclasses.replace(record, loaded_on=self._records[name].loaded_on)
+            self._set(record)
+            return record
+
+    async def activate(self, name: str, endpoint_ids: list[str] | None = None) -> tuple[AdapterRecord, dict[str, str]]:
+        """Load the adapter on the base model's endpoints; returns the record and each endpoint's outcome."""
+        async with self._lock:
+            record = self.get(name)
+            if not record.valid:
+                first = record.violations[0]
+                raise UnprocessableRequest(
+                    f"adapter {name!r} violates its base model's contract: "
+                    + "; ".join(f"{v.field}: {v.message}" for v in record.violations), param=first.field)
+            outcomes: dict[str, str] = {}
+            loaded = set(record.loaded_on)
+            first_error: SitsError | None = None
+            for endpoint in self._endpoints(record, endpoint_ids):
+                try:
+                    await self._admin.load_lora_adapter(endpoint, record.name, record.engine_path)
+                    outcomes[endpoint.id] = "loaded"
+                    loaded.add(endpoint.id)
+                except Conflict:
+                    outcomes[endpoint.id] = "already loaded"
+                    loaded.add(endpoint.id)
+                except UpstreamError as exc:
+                    outcomes[endpoint.id] = exc.message
+                    first_error = first_error or exc
+            record = dataclasses.replace(record, loaded_on=frozenset(loaded))
+            self._set(record)
+            if not loaded and first_error is not None:
+                raise first_error
+            return record, outcomes
+
+    async def deactivate(self, name: str, endpoint_ids: list[str] | None = None
+                         ) -> tuple[AdapterRecord, dict[str, str]]:
+        async with self._lock:
+            record = self.get(name)
+            outcomes: dict[str, str] = {}
+            loaded = set(record.loaded_on)
+            wanted = set(endpoint_ids) if endpoint_ids is not None else set(loaded)
+            by_id = {e.id: e for e in self._base_entry(record).endpoints}
+            for endpoint_id in sorted(wanted):
+                endpoint = by_id.get(endpoint_id)
+                if endpoint is None:
+                    raise NotFound(f"model {record.base_model!r} has no endpoint {endpoint_id!r}", param="endpoints")
+                try:
+                    await self._admin.unload_lora_adapter(endpoint, record.name)
+                    outcomes[endpoint_id] = "unloaded"
+                except NotFound:
+                    outcomes[endpoint_id] = "was not loaded"
+                except UpstreamError as exc:
+                    outcomes[endpoint_id] = exc.message
+                    continue  # still loaded there, as far as we know
+                loaded.discard(endpoint_id)
+            record = dataclasses.replace(record, loaded_on=frozenset(loaded))
+            self._set(record)
+            return record, outcomes
+
+    async def remove(self, name: str) -> None:
+        async with self._lock:
+            record = self.get(name)
+            if record.loaded_on:
+                raise Conflict(f"adapter {name!r} is active on {', '.join(sorted(record.loaded_on))}; "
+                               "deactivate it first", param="name")
+            del self._records[name]
+            del self._registrations[name]
+            self._variants.clear()
+
+    def get(self, name: str) -> AdapterRecord:
+        record = self._records.get(name)
+        if record is None:
+            raise NotFound(f"no adapter named {name!r}", param="name")
+        return record
+
+    def records(self) -> list[AdapterRecord]:
+        return [self._records[n] for n in sorted(self._records)]
+
+    # -- data plane: no awaits -----------------------------------------------
+
+    def resolve(self, table: RoutingTable, requested: str) -> ModelEntry | None:
+        """The entry serving `base:adapter`: the base's name and endpoints, upstream model = the adapter's
+        name, endpoints holding it first. None unless a valid adapter of that base is registered."""
+        key = (table.version, requested)
+        if key in self._variants:
+            return self._variants[key]
+        entry = self._variant(table, requested)
+        if len(self._variants) >= _MAX_CACHED_VARIANTS:
+            self._variants.clear()
+        self._variants[key] = entry
+        return entry
+
+    def loaded_on(self, model: ModelEntry) -> frozenset[str]:
+        """Endpoints holding the adapter a variant entry (from `resolve`) serves; empty for other entries."""
+        if not model.endpoints:
+            return frozenset()
+        record = self._records.get(model.endpoints[0].upstream_model)
+        if record is None or record.base_model != model.name or not record.valid:
+            return frozenset()
+        return record.loaded_on
+
+    # -- internals -------------------------------------------------------------
+
+    def _variant(self, table: RoutingTable, requested: str) -> ModelEntry | None:
+        base_name, sep, name = requested.rpartition(SEPARATOR)
+        record = self._records.get(name) if sep else None
+        if record is None or not record.valid:
+            return None
+        base = table.resolve(base_name)
+        if base is None or base.name != record.base_model:
+            return None
+        endpoints = sorted(base.endpoints, key=lambda e: e.id not in record.loaded_on)  # holders first
+        # The entry keeps the base's name: the same engines, so the same admission gate and stats.
+        return dataclasses.replace(
+            base, fallbacks=(), cache=False,
+            endpoints=tuple(dataclasses.replace(e, upstream_model=record.name) for e in endpoints),
+        )
+
+    def _set(self, record: AdapterRecord) -> None:
+        self._records[record.name] = record
+        self._variants.clear()  # a change of validity or placement changes the variant entries
+
+    def _registration(self, name: str) -> AdapterRegistration:
+        self.get(name)
+        return self._registrations[name]
+
+    def _base_entry(self, record: AdapterRecord) -> ModelEntry:
+        entry = self._table().models.get(record.base_model)
+        if entry is None:
+            raise ModelNotFound(f"base model {record.base_model!r} is no longer served", param="base_model")
+        return entry
+
+    def _endpoints(self, record: AdapterRecord, endpoint_ids: list[str] | None) -> list:  # type: ignore[type-arg]
+        endpoints = list(self._base_entry(record).endpoints)
+        if endpoint_ids is None:
+            return endpoints
+        by_id = {e.id: e for e in endpoints}
+        missing = [i for i in endpoint_ids if i not in by_id]
+        if missing:
+            raise NotFound(f"model {record.base_model!r} has no endpoint {', '.join(missing)}", param="endpoints")
+        return [by_id[i] for i in endpoint_ids]
+
+    async def _base(self, reg: AdapterRegistration) -> _Base:
+        if reg.base is None:
+            known = self._bases.get(reg.base_model)
+            if known is None:
+                raise InvalidRequest(f"the first adapter of {reg.base_model!r} must declare 'base' (model_id, "
+                                     "config, max_lora_rank)", param="base")
+            return known
+        known = self._bases.get(reg.base_model)
+        if known is not None and known.declaration == reg.base:
+            return known
+        spec = await asyncio.to_thread(load_base_spec, reg.base.model_id, Path(reg.base.config))
+        base = _Base(reg.base, spec)
+        self._bases[reg.base_model] = base
+        return base
+
+
+def _checked(reg: AdapterRegistration, base: _Base) -> AdapterRecord:
+    """Read the PEFT directory and check it; blocking (file reads), run in a thread."""
+    engine_path = reg.engine_path or reg.path
+    try:
+        files = read_adapter(Path(reg.path))
+    except AdapterFileError as exc:
+        return AdapterRecord(reg.name, reg.path, engine_path, reg.base_model, reg.kind, reg.dtype, None, (),
+                             (Violation(exc.field, exc.message),))
+    violations = check_contract(
+        files, base.spec, EngineLimits(base.declaration.max_lora_rank), reg.dtype,
+        Path(base.declaration.tokenizer) if base.declaration.tokenizer else None)
+    if reg.kind == "ia3" and files.peft_type != "IA3" or reg.kind != "ia3" and files.peft_type == "IA3":
+        violations.append(Violation("kind", f"registered as {reg.kind} but adapter_config.json says "
+                                            f"{files.peft_type}"))
+    targets = tuple(sorted(files.target_modules(frozenset(base.spec.module_shapes()))))
+    return AdapterRecord(reg.name, reg.path, engine_path, reg.base_model, reg.kind, reg.dtype, files.rank, targets,
+                         tuple(violations))
