@@ -15,8 +15,14 @@ the same concurrency, and the gateway's CPU time per request (independent of how
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import platform
+import signal
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -30,13 +36,6 @@ except ImportError:  # re-run under the project venv, which has them
         os.environ["SITS_BENCH_REEXEC"] = "1"
         os.execv(str(PROJECT_PYTHON), [str(PROJECT_PYTHON), *sys.argv])
     raise
-
-import argparse
-import json
-import platform
-import signal
-import time
-from datetime import datetime, timezone
 
 sys.path.insert(0, str(BENCH_DIR))
 

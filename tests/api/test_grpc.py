@@ -261,3 +261,27 @@ async def test_large_answer_comes_back_lz4_compressed(upstream, start_gateway):
     streamed = "".join(c.choices[0].delta.content for c in chunks_of(messages[0]) if c.choices)
     assert streamed == answer_text
     assert messages[0].route.fallback == "static-template"
+
+
+async def test_fusion_workflow_answers_through_the_grpc_door(upstream, start_gateway):
+    """`model: workflow:<name>` takes the director's workflow path; the `sits` extension is kept in extra_json."""
+    config = grpc_config(upstream.url)
+    config["workflows"] = {"ask": {"steps": [
+        {"kind": "generate", "name": "draft", "branches": [{"model": "m1"}]},
+        {"kind": "aggregate", "method": "weighted_vote"}]}}
+    gateway = await start_gateway(config)
+    request = pb.ChatCompletionRequest(model="workflow:ask", messages=HI, include_usage=True)
+    channel, stub = stub_for(gateway)
+    async with channel:
+        response = await stub.Create(request)
+        messages = [m async for m in stub.CreateStream(request)]
+    completion = completion_of(response)
+    assert completion.model == "workflow:ask"
+    assert completion.choices[0].message.content == "hello from upstream-a"
+    assert orjson.loads(completion.extra_json)["sits"]["aggregation"]["model"] == "m1"
+    assert (response.route.workflow, response.route.model) == ("ask", "workflow:ask")
+    assert 0.0 <= response.route.confidence <= 1.0
+    chunks = [c for m in messages for c in chunks_of(m)]
+    assert "".join(c.choices[0].delta.content for c in chunks if c.choices) == "hello from upstream-a"
+    assert "sits" in orjson.loads(next(c.extra_json for c in chunks if c.choices and c.choices[0].finish_reason))
+    assert chunks[-1].usage.total_tokens == 9  # the one draft: the test upstream counts 5 + 4

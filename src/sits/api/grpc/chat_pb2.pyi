@@ -117,7 +117,7 @@ class ChatCompletion(_message.Message):
     def __init__(self, id: _Optional[str] = ..., created: _Optional[int] = ..., model: _Optional[str] = ..., choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., system_fingerprint: _Optional[str] = ..., extra_json: _Optional[str] = ...) -> None: ...
 
 class Route(_message.Message):
-    __slots__ = ("request_id", "model", "endpoint", "route", "attempts", "intent", "cache", "fallback")
+    __slots__ = ("request_id", "model", "endpoint", "route", "attempts", "intent", "cache", "fallback", "workflow", "confidence", "verifier")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,9 @@ class Route(_message.Message):
     INTENT_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     endpoint: str
@@ -134,7 +137,10 @@ class Route(_message.Message):
     intent: str
     cache: str
     fallback: str
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., route: _Optional[str] = ..., attempts: _Optional[str] = ..., intent: _Optional[str] = ..., cache: _Optional[str] = ..., fallback: _Optional[str] = ...) -> None: ...
+    workflow: str
+    confidence: float
+    verifier: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., route: _Optional[str] = ..., attempts: _Optional[str] = ..., intent: _Optional[str] = ..., cache: _Optional[str] = ..., fallback: _Optional[str] = ..., workflow: _Optional[str] = ..., confidence: _Optional[float] = ..., verifier: _Optional[str] = ...) -> None: ...
 
 class ChatCompletionResponse(_message.Message):
     __slots__ = ("completion", "lz4_completion", "route")

@@ -34,6 +34,8 @@ from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
 from sits.pipeline.exchange import Exchange
+from sits.pipeline.fusion import render as workflow_render
+from sits.pipeline.fusion.result import WorkflowResult
 
 log = logging.getLogger("sits.api")
 
@@ -100,9 +102,9 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
                       headers: HttpRequest, request_id: str) -> pb.ChatCompletionResponse:
         call = self._prepare(request, headers, request_id, stream=False)
         answer = await self._director.run(call.routing, call.body)
-        if isinstance(answer, CannedAnswer):
-            completion = completion_from_body(render_completion(answer.hit, request_id), "cache")
-            route = _canned_route(answer, request_id)
+        if isinstance(answer, (CannedAnswer, WorkflowResult)):
+            completion = completion_from_body(_ready_json(answer, request_id), "gateway")
+            route = _ready_route(answer, request_id)
         else:
             try:
                 payload = await answer.read()
@@ -123,11 +125,11 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         call = self._prepare(request, headers, request_id, stream=True)
         answer = await self._director.run(call.routing, call.body)
         self._compress_with_gzip(context, call)
-        if isinstance(answer, CannedAnswer):
-            events = SseEvents("cache")
-            payloads = [p for e in render_sse(answer.hit, request_id, include_usage=call.include_usage)
+        if isinstance(answer, (CannedAnswer, WorkflowResult)):  # complete already: one message
+            events = SseEvents("gateway")
+            payloads = [p for e in _ready_events(answer, request_id, call.include_usage)
                         for p in events.feed(e) if p != b"[DONE]"]
-            await _write(context, call, [_chunk(p, "cache") for p in payloads], _canned_route(answer, request_id))
+            await _write(context, call, [_chunk(p, "gateway") for p in payloads], _ready_route(answer, request_id))
             return
         try:
             await self._relay(answer, context, call, _exchange_route(answer, request_id))
@@ -267,7 +269,24 @@ def _exchange_route(exchange: Exchange, request_id: str) -> pb.Route:
                     attempts=exchange.attempts, intent=exchange.intent)
 
 
-def _canned_route(answer: CannedAnswer, request_id: str) -> pb.Route:
+def _ready_json(answer: CannedAnswer | WorkflowResult, request_id: str) -> bytes:
+    """An answer the gateway made itself (cache, static template, fusion workflow) as the HTTP door's JSON."""
+    if isinstance(answer, CannedAnswer):
+        return render_completion(answer.hit, request_id)
+    return workflow_render.render_json(answer, request_id)
+
+
+def _ready_events(answer: CannedAnswer | WorkflowResult, request_id: str, include_usage: bool) -> list[bytes]:
+    if isinstance(answer, CannedAnswer):
+        return render_sse(answer.hit, request_id, include_usage=include_usage)
+    return workflow_render.render_sse(answer, request_id, include_usage)
+
+
+def _ready_route(answer: CannedAnswer | WorkflowResult, request_id: str) -> pb.Route:
+    if isinstance(answer, WorkflowResult):
+        return pb.Route(request_id=request_id, model=answer.model, route=answer.route(), intent=answer.intent,
+                        workflow=answer.workflow, confidence=round(answer.confidence, 4),
+                        verifier=answer.verifier_summary)
     route = pb.Route(request_id=request_id, model=answer.model, route=answer.route, attempts=answer.attempts,
                      intent=answer.intent)
     name, value = answer.header
