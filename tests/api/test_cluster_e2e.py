@@ -121,7 +121,7 @@ async def test_conflicting_switches_converge_drain_and_retire(cluster):
     v1 = cluster.upstreams["chat@v1"]
 
     # A slow stream on the old version is in flight when the switches land: it must finish there.
-    v1.chunk_delay = 0.15
+    v1.chunk_delay = 0.4  # five chunks: the stream lasts about 2 s
     client = openai.AsyncOpenAI(base_url=r1.url + "/v1", api_key="k", max_retries=0, timeout=10)
     stream = await client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "long"}],
                                                   stream=True)
@@ -137,8 +137,10 @@ async def test_conflicting_switches_converge_drain_and_retire(cluster):
     assert (target, stamp) == (winner["target"], winner["stamp"])
 
     # The old version still has the stream in flight on r1: the switch is draining, not retired.
-    view = await cluster.admin.alias(r1, ALIAS)
-    assert view["phase"] == "draining" and view["previous"] == "chat@v1", view
+    async def draining() -> bool:
+        views = await asyncio.gather(*(cluster.admin.alias(r, ALIAS) for r in cluster.replicas))
+        return all(v["phase"] == "draining" for v in views)
+    await eventually(draining, 1.5, "draining while the stream is in flight on the old version")
     chunks = [chunk async for chunk in stream]
     await client.close()
     assert chunks and {c.model for c in chunks} == {"chat@v1"}  # finished on the old version

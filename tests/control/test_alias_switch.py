@@ -82,13 +82,31 @@ def test_canary_split_follows_the_weight():
     assert 0.17 < picks.count("m@v2") / len(picks) < 0.23
 
 
+def switch_and_serve(sb: AliasSwitchboard, base: RoutingTable, served: RoutingTable, to: str) -> RoutingTable:
+    sb.switch(served, "chat", to, None)
+    new = sb.overlay(base)
+    sb.note_served(served, new)
+    return new
+
+
 def test_drained_only_when_nothing_is_in_flight_on_the_old_version():
     sb, r = board()
     base = table("m@v1", "m@v2", aliases={"chat": "m@v1"})
     stats = StatsStore()
     stats.get("m@v1/ep-0").started()  # a request on the old version, in flight
-    sb.switch(base, "chat", "m@v2", None)
-    served = sb.overlay(base)
+    served = switch_and_serve(sb, base, sb.overlay(base), "m@v2")
+    assert not sb.progress(served, stats)["chat"].drained
+    stats.get("m@v1/ep-0").finished(0.1, ok=True)
+    assert sb.progress(served, stats)["chat"].drained
+
+
+def test_a_version_two_switches_back_still_drains():
+    sb, r = board()
+    base = table("m@v1", "m@v2", "m@v3", aliases={"chat": "m@v1"})
+    stats = StatsStore()
+    stats.get("m@v1/ep-0").started()
+    served = switch_and_serve(sb, base, sb.overlay(base), "m@v2")
+    served = switch_and_serve(sb, base, served, "m@v3")  # previous is v2, but v1 still has a request here
     assert not sb.progress(served, stats)["chat"].drained
     stats.get("m@v1/ep-0").finished(0.1, ok=True)
     assert sb.progress(served, stats)["chat"].drained

@@ -49,6 +49,19 @@ class AliasSwitchboard:
     def __init__(self, replica: Replica, rng: random.Random) -> None:
         self._replica = replica
         self._draw = rng.random
+        # Per alias, the models this replica routed it to before and may still have requests on.
+        # Local knowledge: after v1 -> v2 -> v3 in quick succession, v1 can still be draining here.
+        self._leaving: dict[str, set[str]] = {}
+
+    def note_served(self, old: RoutingTable | None, new: RoutingTable) -> None:
+        """The served table changed: the models an alias no longer routes to start draining."""
+        if old is None:
+            return
+        for alias, target in old.aliases.items():
+            before = {target} | ({old.splits[alias].stable} if alias in old.splits else set())
+            after = {new.aliases.get(alias)} | ({new.splits[alias].stable} if alias in new.splits else set())
+            if before - after:
+                self._leaving.setdefault(alias, set()).update(before - after)
 
     def overlay(self, table: RoutingTable) -> RoutingTable:
         """`table` (from the registry) with the replicated aliases on top. A route whose target this
@@ -85,16 +98,19 @@ class AliasSwitchboard:
         return route
 
     def progress(self, served: RoutingTable, stats: StatsStore) -> dict[str, AliasProgress]:
-        """This replica's progress through each replicated switch, for its status entry."""
+        """This replica's progress through each replicated switch, for its status entry: it routes by
+        the switch, and (drained) nothing is in flight here on a version the alias routed to before."""
         out = {}
+        for alias, leaving in list(self._leaving.items()):
+            in_use = {served.aliases.get(alias)} | ({served.splits[alias].stable} if alias in served.splits else set())
+            leaving -= {m for m in leaving if m in in_use or _in_flight(served, stats, m) == 0}
+            if not leaving:
+                del self._leaving[alias]
         for alias, register in self._replica.doc.aliases.entries.items():
             route = register.value
             if route is None or served.aliases.get(alias) != route.target:
                 continue  # not routing by it (yet): its target is not served here
-            old = served.models.get(route.previous) if route.previous else None
-            drained = not route.is_canary and (old is None or all(stats.get(e.id).in_flight == 0
-                                                                  for e in old.endpoints))
-            out[alias] = AliasProgress(register.stamp, drained)
+            out[alias] = AliasProgress(register.stamp, not route.is_canary and alias not in self._leaving)
         return out
 
     def views(self, served: RoutingTable, members: list[str]) -> list[AliasView]:
@@ -115,3 +131,7 @@ class AliasSwitchboard:
             ))
         return views
 
+
+def _in_flight(served: RoutingTable, stats: StatsStore, model: str) -> int:
+    entry = served.models.get(model)
+    return 0 if entry is None else sum(stats.get(e.id).in_flight for e in entry.endpoints)

@@ -71,13 +71,16 @@ class ClusterNode:
     def overlay(self, base: RoutingTable) -> RoutingTable:
         """The registry's table with the replicated aliases applied; remembered for later documents."""
         self._base = base
-        self._served = self.aliases.overlay(base)
-        return self._served
+        served = self.aliases.overlay(base)
+        self.aliases.note_served(self._served, served)
+        self._served = served
+        return served
 
     def _on_document(self, doc: ClusterDoc) -> None:
         if self._base is not None:
             served = self.aliases.overlay(self._base)
             if served.aliases != self._served.aliases or served.splits != self._served.splits:  # type: ignore[union-attr]
+                self.aliases.note_served(self._served, served)
                 self._served = served
                 self._publish(served)
         self._refresh_status(heartbeat=False)
