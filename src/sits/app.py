@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sits.api.auth import AdminGuard, DataPlaneKeys
+from sits.api.cluster_routes import ALIASES_PREFIX, ClusterRoutes, cluster_route_table
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
 from sits.api.control_routes import ControlRoutes
 from sits.api.dispatch import Dispatcher
@@ -32,6 +33,7 @@ from sits.backends.engine_metrics_scraper import EngineMetricsScraper
 from sits.backends.http_client import ConnectionPool
 from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
+from sits.control.cluster_node import ClusterNode
 from sits.control.config import GatewayConfig, config_error
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
@@ -145,6 +147,11 @@ class Gateway:
             self._clock, functools.partial(discover_models, pool=self._guarded_pool, policy=self._policy),
             on_change=self._prober.poke,  # probe new endpoints now, not at the next tick
         )
+        # Replicated aliases and state (docs/replication.md); a cluster of one without a transport.
+        self.cluster = ClusterNode(
+            config.cluster, config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings.data_dir,
+            settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed))
+        cluster_routes = ClusterRoutes(self.cluster, AdminGuard(settings.secrets.get(control.admin_key_env)))
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         self.handler = Dispatcher(
@@ -158,8 +165,9 @@ class Gateway:
                 ("GET", "/v1/registry"): control_routes.list_registry,
                 ("GET", "/healthz"): health.healthz,
                 ("GET", "/readyz"): health.readyz,
+                **cluster_route_table(cluster_routes),
             },
-            prefix_routes={CONTROL_PREFIX: control_routes.model_resource},
+            prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource},
             before=self._authenticate if self._client_keys.enabled else None,
         )
 
@@ -170,8 +178,12 @@ class Gateway:
         return self._table
 
     def _set_table(self, table: RoutingTable) -> None:
-        self._table = table  # one reference swap: each request keeps the table it started with
+        # one reference swap: each request keeps the table it started with
+        self._table = self.cluster.overlay(table)  # replicated aliases on top of the registry's
         self._backend.forget({e for m in table.models.values() for e in m.endpoints})
+
+    def _serve_table(self, table: RoutingTable) -> None:
+        self._table = table  # the replicated aliases changed: same models, new alias routes
 
     def readiness(self) -> tuple[bool, str]:
         if self._draining:
@@ -196,6 +208,7 @@ class Gateway:
             await self._understander.start()
             self._director.attach_understander(self._understander)
         await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
+        await self.cluster.start()
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
         if self._engine_metrics is not None:
             self._engine_metrics.start()
@@ -229,6 +242,7 @@ class Gateway:
             self._prober_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._prober_task
+        await self.cluster.stop()
         await self._answers.close()
         if self._understander is not None:
             await self._understander.aclose()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sits import __version__
+from sits.cluster_cli import add_cluster_commands
 from sits.control.config import GatewayConfig, load_config
 from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.set_defaults(run=_chat)
 
     add_models_commands(sub)
+    add_cluster_commands(sub)
     add_simulate_command(sub)
     add_intent_commands(sub)
     add_router_commands(sub)

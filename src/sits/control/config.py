@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sits.control.cluster_config import ClusterConfig
 from sits.errors import ConfigError
 from sits.state.admission_config import AdmissionConfig
 from sits.state.semantic_cache import SemanticCacheConfig
@@ -149,6 +150,7 @@ class GatewayConfig(_Strict):
     # sits.understanding.settings at startup; off unless `enabled: true` (the embedded default turns it on).
     understanding: dict[str, Any] = {}
     control: ControlConfig = ControlConfig()
+    cluster: ClusterConfig = ClusterConfig()  # replicas sharing aliases and state (docs/replication.md)
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False
     models: list[ModelConfig] = []
