@@ -38,6 +38,7 @@ class Report:
     rows: tuple[Row, ...]  # Revenue, Cost of sales, Operating costs, Operating profit
     segments: tuple[tuple[str, int], ...]  # current-year revenue by segment (sums to revenue)
     pdf: bytes
+    quarters: tuple[tuple[str, ...], ...] = ()  # dense: a narrow quarterly table, wrapped labels, an empty cell
 
     def row(self, label: str) -> Row:
         return next(r for r in self.rows if r.label == label)
@@ -53,7 +54,7 @@ class Report:
                 *([name, f"{value:,}", f"{value / revenue * 100:.1f}%"] for name, value in self.segments)]
 
 
-def make_report(seed: int, *, user_password: str | None = None, extra_pages: int = 0) -> Report:
+def make_report(seed: int, *, user_password: str | None = None, extra_pages: int = 0, dense: bool = False) -> Report:
     rng = random.Random(seed)
     year = rng.choice([2022, 2023, 2024, 2025])
     revenue_prior = rng.randrange(800, 5000) * 1000
@@ -70,8 +71,22 @@ def make_report(seed: int, *, user_password: str | None = None, extra_pages: int
     month = rng.choice([3, 6, 9, 12])
     period_end = date(year, month, {3: 31, 6: 30, 9: 30, 12: 31}[month])
     company = rng.choice(COMPANIES)
-    report = Report(company, year - 1, year, period_end, rows, segments, b"")
-    return Report(company, year - 1, year, period_end, rows, segments, _pdf(report, user_password, extra_pages))
+    quarters = _quarters(rng, revenue, cost, opex) if dense else ()
+    report = Report(company, year - 1, year, period_end, rows, segments, b"", quarters)
+    return Report(company, year - 1, year, period_end, rows, segments, _pdf(report, user_password, extra_pages),
+                  quarters)
+
+
+def _quarters(rng: random.Random, revenue: int, cost: int, opex: int) -> tuple[tuple[str, ...], ...]:
+    def split(total: int) -> list[str]:
+        parts = [rng.uniform(0.2, 0.3) for _ in range(3)]
+        values = [int(total * p) // 1000 * 1000 for p in parts]
+        return [f"{v:,}" for v in [*values, total - sum(values)]]
+
+    return (("Quarter", "Q1", "Q2", "Q3", "Q4"), ("Revenue", *split(revenue)),
+            ("Cost of sales and fulfilment", *split(cost)),
+            ("Selling, general and administrative expenses", *split(opex)),
+            ("One-off items", "", f"{rng.randrange(5, 90) * 1000:,}", "", ""))
 
 
 def _pdf(report: Report, user_password: str | None, extra_pages: int) -> bytes:
@@ -103,6 +118,16 @@ def _pdf(report: Report, user_password: str | None, extra_pages: int) -> bytes:
             row = table.row()
             for cell in cells:
                 row.cell(cell)
+    if report.quarters:
+        pdf.ln(6)
+        pdf.multi_cell(0, 5, text="Quarterly figures:", new_x="LMARGIN", new_y="NEXT")
+        pdf.set_font("Helvetica", size=8)
+        with pdf.table(col_widths=(30, 18, 18, 18, 18), text_align=("LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT"),
+                       width=102) as table:
+            for cells in report.quarters:
+                row = table.row()
+                for cell in cells:
+                    row.cell(cell)
     for n in range(extra_pages):
         pdf.add_page()
         pdf.multi_cell(0, 5, text=f"Notes to the accounts, page {n + 2}. " + "Management discussion. " * 40)
@@ -115,7 +140,8 @@ def correct_draft(report: Report) -> str:
     products = report.segments[0]
     return (
         f"Key metrics for {report.company}, fiscal year ended {report.period_end.isoformat()}:\n"
-        f"- Revenue grew {revenue.growth_pct:.1f}% from ${revenue.prior:,} to ${revenue.current:,}.\n"
+        f"- Revenue {'grew' if revenue.growth_pct >= 0 else 'declined'} {abs(revenue.growth_pct):.1f}% from "
+        f"${revenue.prior:,} to ${revenue.current:,}.\n"
         f"- Cost of sales was ${cost.current:,} in FY{report.year}.\n"
         f"- Operating profit was ${profit.current:,}.\n"
         f"- {products[0]} revenue of ${products[1]:,} was {products[1] / revenue.current * 100:.1f}% of "

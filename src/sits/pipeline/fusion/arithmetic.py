@@ -22,7 +22,7 @@ _SHARE = re.compile(_T + r"[^.;<]{0,40}?\b(?:is|was|or|represents|represented|re
                     re.I)
 _RATIO = re.compile(r"\bratio\s+of\s+(?:[a-z]+\s+){0,3}?" + _T + r"\s+to\s+(?:[a-z]+\s+){0,3}?" + _T +
                     r"\s+(?:is|was|of|=|stands at|stood at)\s+" + _T, re.I)
-_LIST = _T + r"((?:\s*(?:,|,?\s+and|\s+plus|\s*\+)\s+(?:[a-z]+\s+){0,3}?" + _T + r")+)"
+_LIST = _T + r"((?:\)?\s*(?:,|,?\s+and|\s+plus|\s*\+)\s+(?:[a-z]+\s+){0,3}?\(?" + _T + r")+)\)?"
 _SUM = re.compile(r"(?:\bsum\s+of\s+(?:[a-z]+\s+){0,3}?)" + _LIST + r"\s+(?:is|was|equals|=|comes to|came to)\s+" + _T
                   + "|" + _LIST + r"\s*(?:,\s*)?(?:total|totals|totalled|totaled|totaling|totalling|sum to|sums to|"
                   r"add up to|adds up to|added up to|combine to|combined to|come to)\s+(?:of\s+)?" + _T, re.I)

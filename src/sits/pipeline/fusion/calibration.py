@@ -43,10 +43,14 @@ def fit_isotonic(raw: Sequence[float], correct: Sequence[bool]) -> CalibrationMa
     """Pool adjacent violators over the labelled pairs; each pooled block becomes one level."""
     if len(raw) != len(correct) or not raw:
         raise ValueError("need as many labels as scores, at least one")
-    pairs = sorted(zip(raw, correct, strict=True))
+    by_score: dict[float, list[float]] = {}  # equal scores must get one value: pool them first
+    for x, y in zip(raw, correct, strict=True):
+        entry = by_score.setdefault(float(x), [0.0, 0.0])
+        entry[0] += float(y)
+        entry[1] += 1.0
     blocks: list[list[float]] = []  # [sum of labels, count, min raw, max raw]
-    for x, y in pairs:
-        blocks.append([float(y), 1.0, x, x])
+    for x in sorted(by_score):
+        blocks.append([by_score[x][0], by_score[x][1], x, x])
         while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] >= blocks[-1][0] / blocks[-1][1]:
             total, count, _, hi = blocks.pop()
             blocks[-1][0] += total

@@ -4,7 +4,15 @@ Written by bench/bench_calibration.py; see docs/workflows.md for the data and th
 
 from sits.pipeline.fusion.calibration import CalibrationMap
 
-POINTS: tuple[tuple[float, float], ...] = ((0.0, 0.0), (1.0, 1.0))
+POINTS: tuple[tuple[float, float], ...] = (
+    (0.0, 0.2471),
+    (0.8182, 0.2471),
+    (0.8333, 0.3023),
+    (0.8571, 0.3023),
+    (0.875, 0.31),
+    (0.9333, 0.31),
+    (1.0, 0.8817),
+)
 
 
 def default_calibration() -> CalibrationMap:

@@ -136,7 +136,7 @@ class DocumentParser:
             with pdfplumber.open(io.BytesIO(data), password="" if reader.is_encrypted else None) as pdf:
                 for number, page in enumerate(pdf.pages, start=1):
                     for raw in page.extract_tables():
-                        rows = tuple(tuple((c or "").strip() for c in row) for row in raw if any(row))
+                        rows = tuple(tuple(" ".join((c or "").split()) for c in row) for row in raw if any(row))
                         if rows:
                             tables.append(Table(number, rows))
         except (UnprocessableRequest, PayloadTooLarge):
