@@ -27,6 +27,8 @@ from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import AUTO_MODEL, Director
 from sits.pipeline.exchange import Exchange
+from sits.pipeline.fusion import render as workflow_render
+from sits.pipeline.fusion.result import WorkflowResult
 from sits.state.routing_table import RoutingTable
 
 log = logging.getLogger("sits.api")
@@ -104,6 +106,11 @@ class OpenAIRoutes:
                 source = "static-template" if exchange.hit.match == "static" else "cache"
                 seen.served(exchange.model, source, exchange.route, exchange.attempts, None, None, prompt=prompt_text)
             return _canned(exchange, request_id, stream, body)
+        if isinstance(exchange, WorkflowResult):
+            if seen is not None:
+                seen.served(exchange.model, "workflow", exchange.route(), "", None,
+                            (exchange.prompt_tokens, exchange.completion_tokens), prompt=prompt_text)
+            return _workflow(exchange, request_id, stream, body)
         headers = [
             (b"x-sits-model", exchange.model.encode()),
             (b"x-sits-endpoint", exchange.endpoint.id.encode()),
@@ -183,6 +190,16 @@ def _error_event(exchange: Exchange, exc: SitsError) -> bytes:
     log.warning("stream from %s failed: %s", exchange.endpoint.id, exc.message)
     event = {"error": {"message": exc.message, "type": exc.error_type, "param": None, "code": exc.code}}
     return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+def _workflow(result: WorkflowResult, request_id: str, stream: bool, body: Any) -> HttpResponse | StreamingResponse:
+    """A fusion workflow's answer: a chat completion plus the `sits` extension (docs/workflows.md)."""
+    headers = workflow_render.headers(result)
+    if stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(200, replay(workflow_render.render_sse(result, request_id, include_usage)),
+                                 headers=headers)
+    return HttpResponse(200, workflow_render.render_json(result, request_id), headers=headers)
 
 
 def _canned(answer: CannedAnswer, request_id: str, stream: bool, body: Any) -> HttpResponse | StreamingResponse:
