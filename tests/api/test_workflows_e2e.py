@@ -170,7 +170,8 @@ async def test_uploaded_file_is_used_by_id(drafters, report, start_gateway):
         model="workflow:fin-check",
         messages=ask_with({"type": "file", "file": {"file_id": uploaded.id}}))
     assert answer.choices[0].message.content == correct_draft(report)
-    assert "q3.pdf: 1 page" in next(s for s in answer.model_extra["sits"]["steps"] if s["name"] == "parse")["detail"]
+    parse = next(s for s in answer.model_extra["sits"]["steps"] if s["name"] == "parse")
+    assert "q3.pdf: 1 page" in parse["detail"] and "(cached)" in parse["detail"]  # parsed once, at upload
 
 
 @pytest.mark.parametrize(("part", "status", "words"), [

@@ -7,7 +7,6 @@ attachments (data-URL and file-id content parts) is `sits.pipeline.fusion.attach
 
 from __future__ import annotations
 
-import asyncio
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -53,7 +52,7 @@ class FileRoutes:
         filename = str(part.get_filename())
         media_type = sniff(_media_type(part, filename), data, "file")
         attachment = Attachment(filename, media_type, data, "file")
-        await asyncio.to_thread(self._parser.parse_now, attachment)  # refuse what a workflow could not read
+        await self._parser.parse(attachment)  # refuse what a workflow could not read; cached for its first use
         stored = self._uploads.put(filename, media_type, purpose_text, data)
         return HttpResponse(200, orjson.dumps(stored.file_object()))
 
