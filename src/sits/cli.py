@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", action="append", default=[], metavar="NAME=URL",
                        help="front an OpenAI-compatible server without a config file (repeatable)")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.add_argument("--grpc-port", type=int, help="also serve gRPC (docs/grpc.md) on this port, e.g. 50051")
     serve.set_defaults(run=_serve)
 
     chat = sub.add_parser("chat", help="ask one question through a gateway and stream the answer")
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--url", default=None, help="gateway base URL (default: http://127.0.0.1:8080)")
     chat.add_argument("--model", default="auto")
     chat.add_argument("--max-tokens", type=int, default=128)
+    chat.add_argument("--grpc", nargs="?", const="127.0.0.1:50051", metavar="HOST:PORT",
+                      help="ask over the gRPC door instead (default 127.0.0.1:50051)")
+    chat.add_argument("--compression", choices=("none", "gzip", "lz4"), default="none", help="with --grpc")
     chat.set_defaults(run=_chat)
 
     add_models_commands(sub)
@@ -85,11 +89,20 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     configure_logging(settings.log_level)
-    run(settings, _gateway_config(settings, args.backend))
+    config = _gateway_config(settings, args.backend)
+    if args.grpc_port is not None:
+        from sits.api.grpc_server import with_grpc_port
+
+        config = with_grpc_port(config, args.grpc_port)
+    run(settings, config)
     return 0
 
 
 def _chat(args: argparse.Namespace) -> int:
+    if args.grpc is not None:
+        from sits.grpc_chat_client import chat_grpc
+
+        return chat_grpc(args.question, args.grpc, args.model, args.max_tokens, args.compression)
     from sits.chat_client import chat
 
     return chat(args.question, base_url=args.url, model=args.model, max_tokens=args.max_tokens)

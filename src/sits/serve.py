@@ -38,6 +38,8 @@ async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"sits ready on http://{gateway.host}:{gateway.bound_port}", flush=True)
+    if gateway.grpc is not None:
+        print(f"sits gRPC ready on {gateway.host}:{gateway.grpc.bound_port}", flush=True)
     await stop.wait()
     log.info("shutting down: draining in-flight requests")
     await gateway.stop()

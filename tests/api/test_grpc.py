@@ -6,16 +6,18 @@ import asyncio
 import time
 from typing import Any
 
+import aiohttp
 import grpc
 import lz4.frame
 import openai
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sits.api.grpc import chat_pb2 as pb
 from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc.client_codec import chunks_of, completion_of, lz4_request
-from tests.conftest import one_model_config, sdk
+from tests.conftest import base_url, one_model_config, sdk
 
 HI = [pb.ChatMessage(role="user", content="hi")]
 
@@ -285,3 +287,29 @@ async def test_fusion_workflow_answers_through_the_grpc_door(upstream, start_gat
     assert "".join(c.choices[0].delta.content for c in chunks if c.choices) == "hello from upstream-a"
     assert "sits" in orjson.loads(next(c.extra_json for c in chunks if c.choices and c.choices[0].finish_reason))
     assert chunks[-1].usage.total_tokens == 9  # the one draft: the test upstream counts 5 + 4
+
+
+async def test_grpc_calls_land_in_the_same_metrics_as_http(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 40, 0.02
+    gateway = await start_gateway(grpc_config(upstream.url))
+    await sdk(gateway).chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}])
+    channel, stub = stub_for(gateway)
+    async with channel:
+        await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI))
+        with pytest.raises(grpc.aio.AioRpcError):
+            await stub.Create(pb.ChatCompletionRequest(model="nope", messages=HI))
+        call = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI))
+        await call.read()
+        call.cancel()
+        await wait_for(lambda: upstream.log.cancelled > 0)
+    async with aiohttp.ClientSession() as session, session.get(base_url(gateway) + "/metrics") as response:
+        text = await response.text()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def requests(**labels: str) -> float:
+        return samples.get(("sits_requests_total", tuple(sorted(labels.items()))), 0.0)
+
+    assert requests(model="m1", endpoint="m1/ep-0", status="200") == 2  # one HTTP, one gRPC
+    assert requests(model="unknown", endpoint="none", status="404") == 1
+    assert requests(model="m1", endpoint="m1/ep-0", status="499") == 1  # the cancelled stream

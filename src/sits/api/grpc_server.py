@@ -16,6 +16,7 @@ from sits.api.auth import DataPlaneKeys
 from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc.chat_service import ChatCompletionsService
 from sits.api.http_types import HttpRequest
+from sits.api.request_observer import RequestObserver
 from sits.control.config import GatewayConfig, ServerConfig, config_error
 from sits.errors import ConfigError
 from sits.pipeline.admission_step import Admission
@@ -26,8 +27,10 @@ log = logging.getLogger("sits")
 
 class GrpcServer:
     def __init__(self, director: Director, admission: Admission | None, keys: DataPlaneKeys,
-                 request_id_of: Callable[[HttpRequest], str], port: int, max_message_bytes: int) -> None:
-        self._service = ChatCompletionsService(director, admission, keys, request_id_of, max_message_bytes)
+                 request_id_of: Callable[[HttpRequest], str], port: int, max_message_bytes: int,
+                 observer: RequestObserver | None = None) -> None:
+        """`request_id_of` and `observer` are the HTTP door's (shared ids, metrics, spans, logs)."""
+        self._service = ChatCompletionsService(director, admission, keys, request_id_of, max_message_bytes, observer)
         self._port = port
         self._max_message_bytes = max_message_bytes
         self._server: grpc.aio.Server | None = None

@@ -1,9 +1,10 @@
 """The ChatCompletions gRPC service: the HTTP door's chat route, spoken over gRPC.
 
-Both doors build the same RoutingRequest from the same validated body and call the same
-`Director.run`, so routing, admission, fallback, the cache steps, metrics and tracing are shared.
-The call's deadline bounds everything below it, and a call that ends early (deadline, client
-cancel) closes the upstream exchange at once, which cancels the model server's work.
+Both doors build the same RoutingRequest from the same validated body, call the same `Director.run`
+and record the request with the same observer, so routing, admission, fallback, the cache steps,
+metrics, spans and the access log are shared. The call's deadline bounds everything below it, and a
+call that ends early (deadline, client cancel) closes the upstream exchange at once, which cancels
+the model server's work.
 """
 
 from __future__ import annotations
@@ -12,37 +13,47 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import perf_counter
 
 import grpc
-import orjson
 from google.protobuf.message import DecodeError
 
 from sits.api.auth import DataPlaneKeys, bearer_token
 from sits.api.grpc import chat_pb2 as pb
-from sits.api.grpc import chat_pb2_grpc
-from sits.api.grpc import lz4_messages
+from sits.api.grpc import chat_pb2_grpc, lz4_messages
+from sits.api.grpc.answer_messages import (
+    chunk_of_event,
+    completion_response,
+    exchange_route,
+    ready_events,
+    ready_json,
+    ready_route,
+    ready_source,
+    write_chunks,
+)
 from sits.api.grpc.request_codec import request_body
-from sits.api.grpc.response_codec import SseEvents, chunk_from_event, completion_from_body
+from sits.api.grpc.response_codec import SseEvents, completion_from_body
 from sits.api.grpc.status_codes import grpc_status
 from sits.api.http_types import HttpRequest
+from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.schemas import ChatCompletionBody, parse_body
-from sits.errors import InvalidRequest, SitsError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
+from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
-from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json, render_completion, render_sse
+from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json
 from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
 from sits.pipeline.exchange import Exchange
-from sits.pipeline.fusion import render as workflow_render
 from sits.pipeline.fusion.result import WorkflowResult
 
 log = logging.getLogger("sits.api")
 
 API = "/chat/completions"
-HTTP_PATH = "/v1/chat/completions"
-_READ_METADATA = frozenset({"authorization", "x-request-id", "x-sits-priority"})
+SERVICE = "/sits.v1.ChatCompletions/"
+_READ_METADATA = frozenset({"authorization", "x-request-id", "x-sits-priority", "traceparent", "tracestate", "baggage"})
 _NO_DEADLINE_S = 1e8  # what grpc reports as time remaining when the client set no deadline
+CLIENT_GONE = 499  # the status the HTTP door records for a client that left (nginx's convention)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,118 +62,160 @@ class _Call:
     body: bytes  # the JSON body the HTTP door would have received
     compression: int
     include_usage: bool
+    seen: Observation | None
 
 
 class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
     def __init__(self, director: Director, admission: Admission | None, keys: DataPlaneKeys,
-                 request_id_of: Callable[[HttpRequest], str], max_message_bytes: int) -> None:
-        """`request_id_of` is the HTTP door's, so request ids are unique across both doors."""
+                 request_id_of: Callable[[HttpRequest], str], max_message_bytes: int,
+                 observer: RequestObserver | None = None) -> None:
+        """`request_id_of` and `observer` are the HTTP door's: ids are unique across both doors, and
+        both doors' requests land in the same metrics, spans, decision log and access log."""
         self._director = director
         self._admission = admission
         self._keys = keys
         self._request_id_of = request_id_of
         self._max_message_bytes = max_message_bytes
+        self._observer = observer
 
     async def Create(self, request: pb.ChatCompletionRequest,
                      context: grpc.aio.ServicerContext) -> pb.ChatCompletionResponse:
-        headers = _headers(context)
+        headers = _headers(context, "Create")
         request_id = self._request_id_of(headers)
+        deadline = _CallDeadline(context)
+        call: _Call | None = None
         try:
-            async with _CallDeadline(context):
-                return await self._create(request, context, headers, request_id)
+            async with deadline:
+                call = self._prepare(request, headers, request_id, stream=False)
+                return await self._create(call)
         except SitsError as exc:
             error = exc
-            if context.done():
-                raise
+        except asyncio.CancelledError:
+            self._failed(call, SitsError("the client cancelled the call", http_status=CLIENT_GONE))
+            raise
         except Exception:
             log.exception("unexpected error on gRPC Create (request %s)", request_id)
             error = SitsError("internal error; see the gateway log for request " + request_id)
+        self._failed(call, error)
         await _abort(context, error, request_id)
         raise AssertionError("unreachable: abort raises")
 
     async def CreateStream(self, request: pb.ChatCompletionRequest, context: grpc.aio.ServicerContext) -> None:
-        headers = _headers(context)
+        headers = _headers(context, "CreateStream")
         request_id = self._request_id_of(headers)
+        deadline = _CallDeadline(context)
+        call: _Call | None = None
         try:
-            async with _CallDeadline(context):
-                await self._create_stream(request, context, headers, request_id)
+            async with deadline:
+                call = self._prepare(request, headers, request_id, stream=True)
+                await self._create_stream(call, context, deadline)
             return
         except SitsError as exc:
             error = exc
-            if context.done():
-                return  # the client is gone: nobody to tell
+        except asyncio.CancelledError:
+            self._failed(call, SitsError("the client cancelled the call", http_status=CLIENT_GONE))
+            raise
         except Exception:
             log.exception("unexpected error on gRPC CreateStream (request %s)", request_id)
             error = SitsError("internal error; see the gateway log for request " + request_id)
-        await _abort(context, error, request_id)
+        self._failed(call, error)
+        if not context.done():  # else the client is gone: nobody to tell
+            await _abort(context, error, request_id)
 
     # -- the two calls -----------------------------------------------------------------------------
 
-    async def _create(self, request: pb.ChatCompletionRequest, context: grpc.aio.ServicerContext,
-                      headers: HttpRequest, request_id: str) -> pb.ChatCompletionResponse:
-        call = self._prepare(request, headers, request_id, stream=False)
+    async def _create(self, call: _Call) -> pb.ChatCompletionResponse:
         answer = await self._director.run(call.routing, call.body)
+        request_id, seen, prompt = call.routing.request_id, call.seen, call.routing.prompt_text
         if isinstance(answer, (CannedAnswer, WorkflowResult)):
-            completion = completion_from_body(_ready_json(answer, request_id), "gateway")
-            route = _ready_route(answer, request_id)
-        else:
-            try:
-                payload = await answer.read()
-            finally:
-                answer.close()  # no-op once read; a cancelled read frees the upstream connection now
-            completion = completion_from_body(payload, answer.endpoint.id)
-            if answer.cache_key is not None:
-                self._director.remember(answer, completion_from_json(API, payload))
-            route = _exchange_route(answer, request_id)
-        self._compress_with_gzip(context, call)
-        if call.compression == pb.COMPRESSION_LZ4 and completion.ByteSize() >= lz4_messages.MIN_COMPRESSED_BYTES:
-            return pb.ChatCompletionResponse(lz4_completion=lz4_messages.compress(completion.SerializeToString()),
-                                             route=route)
-        return pb.ChatCompletionResponse(completion=completion, route=route)
+            completion = completion_from_body(ready_json(answer, request_id), "gateway")
+            route = ready_route(answer, request_id)
+            if seen is not None:
+                endpoint, attempts, usage = ready_source(answer)
+                seen.served(answer.model, endpoint, route.route, attempts, None, usage, prompt=prompt)
+            return completion_response(completion, route, call.compression)
+        try:
+            payload = await answer.read()
+        finally:
+            answer.close()  # no-op once read; a cancelled read frees the upstream connection now
+        completion = completion_from_body(payload, answer.endpoint.id)
+        if seen is not None:
+            usage = (completion.usage.prompt_tokens, completion.usage.completion_tokens) \
+                if completion.HasField("usage") else None
+            seen.served(answer.model, answer.endpoint.id, answer.route, answer.attempts, answer.first_byte_at, usage,
+                        prompt=prompt)
+        if answer.cache_key is not None:
+            self._director.remember(answer, completion_from_json(API, payload))
+        return completion_response(completion, exchange_route(answer, request_id), call.compression)
 
-    async def _create_stream(self, request: pb.ChatCompletionRequest, context: grpc.aio.ServicerContext,
-                             headers: HttpRequest, request_id: str) -> None:
-        call = self._prepare(request, headers, request_id, stream=True)
+    async def _create_stream(self, call: _Call, context: grpc.aio.ServicerContext, deadline: _CallDeadline) -> None:
         answer = await self._director.run(call.routing, call.body)
-        self._compress_with_gzip(context, call)
+        request_id = call.routing.request_id
+        if call.compression == pb.COMPRESSION_GZIP:
+            context.set_compression(grpc.Compression.Gzip)
         if isinstance(answer, (CannedAnswer, WorkflowResult)):  # complete already: one message
             events = SseEvents("gateway")
-            payloads = [p for e in _ready_events(answer, request_id, call.include_usage)
+            payloads = [p for e in ready_events(answer, request_id, call.include_usage)
                         for p in events.feed(e) if p != b"[DONE]"]
-            await _write(context, call, [_chunk(p, "gateway") for p in payloads], _ready_route(answer, request_id))
+            route = ready_route(answer, request_id)
+            await write_chunks(context, call.compression, [chunk_of_event(p, "gateway") for p in payloads], route)
+            if call.seen is not None:
+                endpoint, attempts, usage = ready_source(answer)
+                call.seen.served(answer.model, endpoint, route.route, attempts, None, usage,
+                                 prompt=call.routing.prompt_text)
             return
         try:
-            await self._relay(answer, context, call, _exchange_route(answer, request_id))
-        except SitsError as exc:
-            log.warning("stream from %s failed: %s", answer.endpoint.id, exc.message)
-            raise
+            await self._relay(answer, context, call, deadline)
         finally:
             answer.close()  # no-op after a complete stream; on cancel or deadline it cancels the upstream request
 
-    async def _relay(self, exchange: Exchange, context: grpc.aio.ServicerContext, call: _Call, route: pb.Route) -> None:
+    async def _relay(self, exchange: Exchange, context: grpc.aio.ServicerContext, call: _Call,
+                     deadline: _CallDeadline) -> None:
         """Upstream SSE events as stream messages, as they come. A stream without `[DONE]` is an
         error status, so a client can never mistake a cut answer for a complete one."""
-        source = exchange.endpoint.id
+        source, seen = exchange.endpoint.id, call.seen
         events = SseEvents(source)
         accumulator = CompletionAccumulator(API) if exchange.cache_key is not None else None
-        done = False
-        first: pb.Route | None = route
-        async for data in exchange.chunks():
-            if accumulator is not None:
-                accumulator.feed(data)
-            chunks = []
-            for payload in events.feed(data):
-                if payload == b"[DONE]":
-                    done = True
-                elif payload:
-                    chunks.append(_chunk(payload, source))
-            if chunks:
-                await _write(context, call, chunks, first)
-                first = None
-        if not done:
-            raise UpstreamProtocolError(f"upstream {source} ended the stream without [DONE]")
-        if first is not None:  # a stream of no events still says who answered
-            await _write(context, call, [], first)
+        gaps = seen.inter_token(exchange.model, exchange.endpoint.id) if seen is not None else None
+        route: pb.Route | None = exchange_route(exchange, call.routing.request_id)
+        done, usage, previous = False, None, 0.0
+        status, error = CLIENT_GONE, "the client cancelled the stream"
+        try:
+            async for data in exchange.chunks():
+                if accumulator is not None:
+                    accumulator.feed(data)
+                if gaps is not None:
+                    now = perf_counter()
+                    if previous:
+                        gaps.observe(now - previous)
+                    previous = now
+                chunks = []
+                for payload in events.feed(data):
+                    if payload == b"[DONE]":
+                        done = True
+                    elif payload:
+                        chunk = chunk_of_event(payload, source)
+                        if chunk.HasField("usage"):
+                            usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                        chunks.append(chunk)
+                if chunks:
+                    await write_chunks(context, call.compression, chunks, route)
+                    route = None  # the first message only
+            if not done:
+                raise UpstreamProtocolError(f"upstream {source} ended the stream without [DONE]")
+            if route is not None:  # a stream of no events still says who answered
+                await write_chunks(context, call.compression, [], route)
+            status, error = 200, None
+        except SitsError as exc:
+            log.warning("stream from %s failed: %s", source, exc.message)
+            status, error = exc.http_status, exc.message
+            raise
+        finally:
+            if status == CLIENT_GONE and deadline.expired():
+                status, error = UpstreamTimeout.http_status, "the call's deadline passed mid-stream"
+            if seen is not None:
+                seen.served(exchange.model, source, exchange.route, exchange.attempts, exchange.first_byte_at, usage,
+                            status=status, prompt=call.routing.prompt_text, error=error)
         if accumulator is not None:
             self._director.remember(exchange, accumulator.result())
 
@@ -170,7 +223,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
 
     def _prepare(self, request: pb.ChatCompletionRequest, headers: HttpRequest, request_id: str,
                  stream: bool) -> _Call:
-        """Authenticate, unwrap LZ4, validate exactly as the HTTP door does."""
+        """Authenticate, unwrap LZ4, validate exactly as the HTTP door does, begin the observation."""
         if self._keys.enabled:
             self._keys.check(headers)
         if request.lz4_request:
@@ -181,9 +234,11 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         scope = cache_scope(None, token) if self._director.caching else "anonymous"
         priority = self._admission.priority_of(headers.headers.get("x-sits-priority"), token, body.model) \
             if self._admission is not None else 1
-        routing = RoutingRequest(api=API, model=body.model, stream=stream, request_id=request_id,
-                                 prompt_text=body.prompt_text(), cache_scope=scope, priority=priority)
-        return _Call(routing, json_body, request.response_compression, request.include_usage)
+        prompt = body.prompt_text()
+        seen = self._observer.begin(headers, API, request_id, body.model, body) if self._observer else None
+        routing = RoutingRequest(api=API, model=body.model, stream=stream, request_id=request_id, prompt_text=prompt,
+                                 cache_scope=scope, priority=priority, trace=seen.trace if seen is not None else None)
+        return _Call(routing, json_body, request.response_compression, request.include_usage, seen)
 
     def _unwrap_lz4(self, request: pb.ChatCompletionRequest) -> pb.ChatCompletionRequest:
         if len(request.ListFields()) != 1:
@@ -199,47 +254,19 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
             raise InvalidRequest("'lz4_request' may not itself hold an lz4_request", param="lz4_request")
         return inner
 
-    @staticmethod
-    def _compress_with_gzip(context: grpc.aio.ServicerContext, call: _Call) -> None:
-        if call.compression == pb.COMPRESSION_GZIP:
-            context.set_compression(grpc.Compression.Gzip)
+    def _failed(self, call: _Call | None, error: SitsError) -> None:
+        """Record a failed call as the HTTP door does: with its observation, or (bad input) by status only."""
+        if call is not None and call.seen is not None:
+            call.seen.failed(error, call.routing.prompt_text)
+        elif call is None and self._observer is not None and self._observer.metrics is not None:
+            self._observer.metrics.failed(UNKNOWN_MODEL, error.http_status)
 
 
-def _chunk(payload: bytes, source: str) -> pb.ChatCompletionChunk:
-    try:
-        event = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        raise UpstreamProtocolError(f"upstream {source} sent an SSE event that is not JSON: "
-                                    f"{payload[:80].decode('utf-8', 'replace')!r}") from None
-    if not isinstance(event, dict):
-        raise UpstreamProtocolError(f"upstream {source} sent an SSE event that is not a JSON object")
-    if "error" in event:
-        error = event["error"]
-        message = error.get("message", error) if isinstance(error, dict) else error
-        raise UpstreamError(f"upstream {source} streamed an error: {message}")
-    return chunk_from_event(event)
-
-
-async def _write(context: grpc.aio.ServicerContext, call: _Call, chunks: list[pb.ChatCompletionChunk],
-                 route: pb.Route | None) -> None:
-    """One stream message; compressed as the call asked when it is big enough to gain from it."""
-    message = pb.ChatCompletionStreamResponse(chunks=chunks, route=route)
-    if call.compression == pb.COMPRESSION_NONE:
-        await context.write(message)
-        return
-    small = message.ByteSize() < lz4_messages.MIN_COMPRESSED_BYTES
-    if call.compression == pb.COMPRESSION_LZ4 and not small:
-        packed = lz4_messages.compress(pb.ChatCompletionStreamResponse(chunks=chunks).SerializeToString())
-        message = pb.ChatCompletionStreamResponse(lz4_chunks=packed, route=route)
-    elif call.compression == pb.COMPRESSION_GZIP and small:
-        context.disable_next_message_compression()  # gzip would make a small message larger
-    await context.write(message)
-
-
-def _headers(context: grpc.aio.ServicerContext) -> HttpRequest:
-    """The call's metadata as the HTTP door's request value, so auth, ids and priority parse the same way."""
+def _headers(context: grpc.aio.ServicerContext, method: str) -> HttpRequest:
+    """The call's metadata as the HTTP door's request value, so auth, ids, priority and trace context
+    parse the same way; the path is the gRPC method's (what a span is named after)."""
     metadata = {m.key: m.value for m in context.invocation_metadata() or () if m.key in _READ_METADATA}
-    return HttpRequest("POST", HTTP_PATH, "", {k: v for k, v in metadata.items() if isinstance(v, str)}, b"")
+    return HttpRequest("POST", SERVICE + method, "", {k: v for k, v in metadata.items() if isinstance(v, str)}, b"")
 
 
 class _CallDeadline:
@@ -253,6 +280,9 @@ class _CallDeadline:
         self._seconds = remaining if remaining is not None and remaining < _NO_DEADLINE_S else None
         self._timeout = asyncio.timeout(self._seconds)
 
+    def expired(self) -> bool:
+        return self._timeout.expired()
+
     async def __aenter__(self) -> None:
         await self._timeout.__aenter__()
 
@@ -262,39 +292,6 @@ class _CallDeadline:
         except TimeoutError:
             raise UpstreamTimeout(f"the call's deadline of {self._seconds:.3g}s passed before the answer was "
                                   f"complete; the upstream request was cancelled") from None
-
-
-def _exchange_route(exchange: Exchange, request_id: str) -> pb.Route:
-    return pb.Route(request_id=request_id, model=exchange.model, endpoint=exchange.endpoint.id, route=exchange.route,
-                    attempts=exchange.attempts, intent=exchange.intent)
-
-
-def _ready_json(answer: CannedAnswer | WorkflowResult, request_id: str) -> bytes:
-    """An answer the gateway made itself (cache, static template, fusion workflow) as the HTTP door's JSON."""
-    if isinstance(answer, CannedAnswer):
-        return render_completion(answer.hit, request_id)
-    return workflow_render.render_json(answer, request_id)
-
-
-def _ready_events(answer: CannedAnswer | WorkflowResult, request_id: str, include_usage: bool) -> list[bytes]:
-    if isinstance(answer, CannedAnswer):
-        return render_sse(answer.hit, request_id, include_usage=include_usage)
-    return workflow_render.render_sse(answer, request_id, include_usage)
-
-
-def _ready_route(answer: CannedAnswer | WorkflowResult, request_id: str) -> pb.Route:
-    if isinstance(answer, WorkflowResult):
-        return pb.Route(request_id=request_id, model=answer.model, route=answer.route(), intent=answer.intent,
-                        workflow=answer.workflow, confidence=round(answer.confidence, 4),
-                        verifier=answer.verifier_summary)
-    route = pb.Route(request_id=request_id, model=answer.model, route=answer.route, attempts=answer.attempts,
-                     intent=answer.intent)
-    name, value = answer.header
-    if name == b"x-sits-cache":
-        route.cache = value.decode("latin-1")
-    else:
-        route.fallback = value.decode("latin-1")
-    return route
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: SitsError, request_id: str) -> None:
