@@ -18,13 +18,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sits.api.attachments import FileRoutes
 from sits.api.auth import AdminGuard, DataPlaneKeys
 from sits.api.cluster_routes import ALIASES_PREFIX, ClusterRoutes, cluster_route_table
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
 from sits.api.control_routes import ControlRoutes
 from sits.api.dispatch import Dispatcher
 from sits.api.error_responses import render_error
-from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
 from sits.api.http_types import HttpRequest
@@ -46,6 +46,12 @@ from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
 from sits.pipeline.fallback import FallbackPolicy
+from sits.pipeline.fusion.default_calibration import default_calibration
+from sits.pipeline.fusion.documents import DocumentParser
+from sits.pipeline.fusion.runner import WorkflowRunner
+from sits.pipeline.fusion.spec import AttachmentLimits, WorkflowsConfig
+from sits.pipeline.fusion.uploads import UploadStore
+from sits.pipeline.fusion.workflow_config import check_workflows
 from sits.scheduling.metrics import SchedulingMetrics
 from sits.scheduling.policy import RoutingPolicy, build_scheduler
 from sits.settings import Settings
@@ -64,7 +70,7 @@ log = logging.getLogger("sits")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
+DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files"})
 
 
 def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
@@ -140,6 +146,16 @@ class Gateway:
             FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
             self._understander, self._clock, random.Random(rng_seed),
         )
+        # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
+        limits = _section(AttachmentLimits, config.attachments, "attachments")
+        workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
+        uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time), \
+            DocumentParser(limits.max_pages)
+        director.attach_workflows(WorkflowRunner(
+            workflows, check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
+                                       self._understanding),
+            director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
+        files = FileRoutes(uploads, documents, limits)
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission)
         health = HealthRoutes(self.readiness)
         control_routes = ControlRoutes(
@@ -158,6 +174,7 @@ class Gateway:
         self.handler = Dispatcher(
             {
                 ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
+                ("POST", "/v1/files"): files.upload,
                 ("POST", "/v1/completions"): openai_routes.completions,
                 ("POST", "/v1/embeddings"): openai_routes.embeddings,
                 ("GET", "/v1/models"): openai_routes.list_models,
@@ -171,11 +188,6 @@ class Gateway:
             prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource},
             before=self._authenticate if self._client_keys.enabled else None,
         )
-
-        # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
-        self.grpc = GrpcServer(director, self.admission, self._client_keys, self.handler.request_id_of,
-                               config.server.grpc_port, config.server.max_body_bytes) \
-            if config.server.grpc_port is not None else None
 
     # -- state the layers read ------------------------------------------------
 
@@ -228,8 +240,6 @@ class Gateway:
         else:
             self._server = await loop.create_server(protocol, self.host, self.port, backlog=2048, reuse_address=True)
         self._tracker.start_idle_sweep(self._limits.keep_alive_timeout_s)
-        if self.grpc is not None:
-            await self.grpc.start(self.host)
         log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
                  ", ".join(self.routing_table().names()))
 
@@ -238,14 +248,10 @@ class Gateway:
         self._draining = True
         if self._server is not None:
             self._server.close()
-        grpc_drained = asyncio.create_task(self.grpc.stop(self.config.server.drain_timeout_s)) \
-            if self.grpc is not None else None  # stops accepting now, drains alongside HTTP
         self._tracker.close_idle()
         deadline = time.monotonic() + self.config.server.drain_timeout_s
         while self._tracker.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if grpc_drained is not None:
-            await grpc_drained
         self._tracker.close_all()
         self._tracker.stop_idle_sweep()
         if self._engine_metrics is not None:

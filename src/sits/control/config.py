@@ -93,8 +93,6 @@ class ServerConfig(_Strict):
     # Data-plane keys: the name of an environment variable holding comma-separated client keys.
     # Unset: the data plane is open (as on a laptop).
     api_keys_env: str | None = None
-    # The gRPC door (sits.v1.ChatCompletions, docs/grpc.md) on this port, same host; unset: off; 0: a free port.
-    grpc_port: Annotated[int, Field(ge=0, le=65535)] | None = None
 
 
 class HealthCheckConfig(_Strict):
@@ -151,6 +149,10 @@ class GatewayConfig(_Strict):
     # Request understanding for model "auto" (intent, complexity, tier, quality router): validated by
     # sits.understanding.settings at startup; off unless `enabled: true` (the embedded default turns it on).
     understanding: dict[str, Any] = {}
+    # Fusion workflows (`model: workflow:<name>`) and the files requests may attach: validated by
+    # sits.pipeline.fusion.spec at startup, since the control layer does not import pipeline. See docs/workflows.md.
+    workflows: dict[str, Any] = {}
+    attachments: dict[str, Any] = {}
     control: ControlConfig = ControlConfig()
     cluster: ClusterConfig = ClusterConfig()  # replicas sharing aliases and state (docs/replication.md)
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)

@@ -21,6 +21,8 @@ from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
+from sits.pipeline.fusion.result import WorkflowResult
+from sits.pipeline.fusion.runner import WorkflowRunner
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
 from sits.scheduling.scheduler import Scheduler
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -40,6 +42,8 @@ log = logging.getLogger("sits.scheduling")
 
 
 class Director:
+    _workflows: WorkflowRunner | None = None  # fusion workflows (`model: workflow:<name>`), attached at build
+
     def __init__(
         self,
         table: Callable[[], RoutingTable],
@@ -71,12 +75,17 @@ class Director:
         self._clock = clock
         self._rng = rng
 
-    async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer:
+    async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer | WorkflowResult:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
-        or answer from the cache / static template."""
+        or answer from the cache / static template, or hand over to a fusion workflow."""
         table = self._table()
         metrics, trace = self._metrics, request.trace
+        if self._workflows is not None and (workflow := self._workflows.workflow_of(request.model)) is not None:
+            return await self._workflows.run(workflow, request, body)
         model, why, intent = await self._resolve_model(table, request)
+        if isinstance(model, str):  # an intent route to a workflow
+            assert self._workflows is not None
+            return await self._workflows.run(model, request, body, intent)
         key = self._answers.key(request, body) if self._answers.enabled else None
         if key is not None:
             hit = await self._answers.before_upstream(key, opted_in=model.cache)
@@ -141,6 +150,10 @@ class Director:
     def attach_understander(self, understander: RequestUnderstander) -> None:
         """At startup, once its embedding model is loaded."""
         self._understander = understander
+
+    def attach_workflows(self, workflows: WorkflowRunner) -> None:
+        """At build: the runner calls back into this director for every step."""
+        self._workflows = workflows
 
     @property
     def caching(self) -> bool:
@@ -214,8 +227,9 @@ class Director:
         exchange.span = span
         return exchange
 
-    async def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str, str]:
-        """The model to serve the request, the route explanation, and the `x-sits-intent` value."""
+    async def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry | str, str, str]:
+        """The model to serve the request (or the workflow an intent route names), the route
+        explanation, and the `x-sits-intent` value."""
         entry = table.resolve(request.model)
         if entry is not None:
             return entry, "", ""
@@ -231,13 +245,16 @@ class Director:
             f"The model '{request.model}' does not exist. Available models: {available}", param="model"
         )
 
-    async def _understand(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry, str, str]:
+    async def _understand(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry | str, str, str]:
         """Model "auto": intent routes, the quality router, or the tier rule choose the model."""
         if self._understander is None:
             choice = choose_tier(request.prompt_text)
             return self._in_tier(table, choice.tier), f"; auto=tier {choice.tier}: {choice.reason}", ""
         u = await self._understander.understand(request.prompt_text, self._load(table), tuple(table.models))
         header = u.intent_header()
+        if u.route is not None and self._workflows is not None and \
+                (workflow := self._workflows.route_target(u.route, request)) is not None:
+            return workflow, f"; auto=intent route {u.intent} -> workflow:{workflow}", header
         if u.route is not None and u.route.model in table.models:
             return table.models[u.route.model], f"; auto=intent route {u.intent} -> {u.route.model}", header
         if u.router is not None and u.router.model in table.models:
