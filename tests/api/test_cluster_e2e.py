@@ -73,6 +73,7 @@ class Cluster:
 def replica_config(name: str, upstreams: dict[str, FakeUpstream], cluster: dict[str, Any]) -> dict[str, Any]:
     return {
         "server": {"drain_timeout_s": 1},
+        "control": {"allow_loopback": True},  # runtime registrations point at loopback test upstreams
         "models": [{"name": v, "endpoints": [{"url": u.url}]} for v, u in upstreams.items()],
         "aliases": {ALIAS: "chat@v1"},
         "cluster": {"replica_id": name, "anti_entropy_s": 0.5, "heartbeat_s": 0.2, "member_timeout_s": 3.0,
@@ -212,3 +213,32 @@ async def test_partitioned_replicas_serve_locally_and_converge_after_healing(clu
     await cluster.members_everywhere(3, within_s=5)
     await cluster.phase_everywhere("retired", within_s=5)
     assert {m for r in cluster.replicas for m in await cluster.chat(r, 5)} == {"chat@v3"}
+
+
+async def test_models_registered_at_runtime_appear_on_every_replica(cluster):
+    r1, r2, r3 = cluster.replicas
+    v3 = cluster.upstreams["chat@v3"]
+    async with cluster.admin.session.post(r1.url + "/v1/models/register", headers=cluster.admin.headers,
+                                          json={"name": "chat@v4", "endpoint": v3.url, "upstream_model": "v4"}) as r:
+        assert r.status == 201, await r.text()
+
+    async def everywhere() -> bool:
+        listings = await asyncio.gather(*(cluster.admin.get(r, "/v1/registry") for r in cluster.replicas))
+        return all("chat@v4" in {m["name"] for m in listing["data"]} for listing in listings)
+    await eventually(everywhere, CONVERGE_S, "registration replicated")
+
+    # A replica that only heard of the model can switch the alias to it, and every replica serves it.
+    assert (await cluster.admin.switch(r3, ALIAS, "chat@v4"))[0] == 202
+    await cluster.phase_everywhere("retired", within_s=5)
+    before = len(v3.log.requests)
+    assert {m for r in cluster.replicas for m in await cluster.chat(r, 3)} == {"v4"}  # the upstream echoes its name
+    assert [b["model"] for b in v3.log.requests[before:]] == ["v4"] * 9
+
+    # Removal replicates too; the alias keeps pointing at a model no longer served, so it is not routed.
+    async with cluster.admin.session.delete(r2.url + "/v1/models/chat@v4", headers=cluster.admin.headers) as r:
+        assert r.status == 200, await r.text()
+
+    async def gone() -> bool:
+        listings = await asyncio.gather(*(cluster.admin.get(r, "/v1/registry") for r in cluster.replicas))
+        return all("chat@v4" not in {m["name"] for m in listing["data"]} for listing in listings)
+    await eventually(gone, CONVERGE_S, "removal replicated")

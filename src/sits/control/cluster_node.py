@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 from sits.control.aliases import AliasSwitchboard, AliasView
 from sits.control.cluster_config import ClusterConfig
+from sits.control.registry import Registry
+from sits.control.registry_replication import RegistryReplication
 from sits.state.crdt.gcounter import GCounter
 from sits.state.crdt.hlc import HybridClock
 from sits.state.crdt.lww_map import LWWMap
@@ -64,7 +66,12 @@ class ClusterNode:
         if config.peers:
             self.http = http_peers.HttpPeerTransport(self.replica, config.peers, admin_token, config.anti_entropy_s,
                                                      config.timeout_s)
+        self.registry: RegistryReplication | None = None
         self.replica.watch(self._on_document)
+
+    def attach_registry(self, registry: Registry) -> None:
+        """Replicate the models registered through the control API."""
+        self.registry = RegistryReplication(self.replica, registry)
 
     # -- the routing table -------------------------------------------------------
 
@@ -77,6 +84,8 @@ class ClusterNode:
         return served
 
     def _on_document(self, doc: ClusterDoc) -> None:
+        if self.registry is not None and self._heartbeat is not None:  # started: the registry is loaded
+            self.registry.on_document(doc)
         if self._base is not None:
             served = self.aliases.overlay(self._base)
             if served.aliases != self._served.aliases or served.splits != self._served.splits:  # type: ignore[union-attr]
@@ -97,6 +106,8 @@ class ClusterNode:
         for transport in self._transports():
             await transport.start()
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="sits-cluster-heartbeat")
+        if self.registry is not None:
+            self.registry.on_document(self.replica.doc)  # what the snapshot holds and we do not
         log.info("cluster replica %s: %s", self.replica.id, ", ".join(self._transport_names()) or "no transport")
 
     async def stop(self) -> None:
@@ -106,6 +117,8 @@ class ClusterNode:
                 await self._heartbeat
         for transport in reversed(self._transports()):
             await transport.stop()
+        if self.registry is not None:
+            await self.registry.settle()
         await self.save(always=True)
 
     async def save(self, always: bool = False) -> None:
@@ -170,6 +183,7 @@ class ClusterNode:
             "transports": transports,
             "served": {"total": replica.doc.served.value, "by_replica": dict(replica.doc.served.counts)},
             "rejected_messages": replica.rejected,
+            "refused_registry_changes": 0 if self.registry is None else self.registry.refused,
             "aliases": [v.to_json() for v in self.alias_views()],
         }
 

@@ -61,6 +61,8 @@ class Registry:
         self._aliases: dict[str, str] = {}
         self.version = 0
         self._lock = asyncio.Lock()
+        # Told of every change made through the control API, after it is applied (replication hook).
+        self.on_change: Callable[[dict[str, ModelRecord], set[str]], None] | None = None
 
     # -- startup -------------------------------------------------------------
 
@@ -141,6 +143,20 @@ class Registry:
                                param="endpoint_id")
             return await self._commit({name: dataclasses.replace(record, endpoints=kept)}, set())
 
+    async def apply_replicated(self, upserts: dict[str, ModelRecord], deletes: set[str]) -> None:
+        """Changes another replica made: checked and persisted like local ones (no If-Match, no
+        `on_change` echo). Config models here win over replicated ones of the same name."""
+        async with self._lock:
+            upserts = {n: r for n, r in upserts.items()
+                       if n not in self._config_names and self._records.get(n) != r}
+            deletes = {n for n in deletes if n in self._records and n not in self._config_names}
+            if not upserts and not deletes:
+                return
+            for record in upserts.values():
+                for ep in record.endpoints:
+                    await check_url(ep.url, self._policy, param="url")
+            await self._commit(upserts, deletes, announce=False)
+
     # -- internals ---------------------------------------------------------------
 
     def _check_version(self, if_match: int | None) -> None:
@@ -159,7 +175,7 @@ class Registry:
         return EndpointRecord(id=endpoint_id, url=ep.url, weight=ep.weight, upstream_model=ep.upstream_model,
                               key_env=ep.key_env)
 
-    async def _commit(self, upserts: dict[str, ModelRecord], deletes: set[str]) -> Change:
+    async def _commit(self, upserts: dict[str, ModelRecord], deletes: set[str], announce: bool = True) -> Change:
         records = {n: r for n, r in self._records.items() if n not in deletes}
         records.update(upserts)
         try:  # a trial table: anything it would refuse is refused before persisting
@@ -169,6 +185,8 @@ class Registry:
         version = await asyncio.to_thread(
             self._store.commit, self.version, {n: record_to_json(r) for n, r in upserts.items()}, deletes)
         self._apply(records, version)
+        if announce and self.on_change is not None:
+            self.on_change(upserts, deletes)
         changed = next(iter(upserts.values()), None)
         return Change(changed, version)
 
