@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sits.api.attachments import FileRoutes
 from sits.api.auth import AdminGuard, DataPlaneKeys
 from sits.api.cluster_routes import ALIASES_PREFIX, ClusterRoutes, cluster_route_table
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
@@ -45,6 +46,12 @@ from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
 from sits.pipeline.fallback import FallbackPolicy
+from sits.pipeline.fusion.default_calibration import default_calibration
+from sits.pipeline.fusion.documents import DocumentParser
+from sits.pipeline.fusion.runner import WorkflowRunner
+from sits.pipeline.fusion.spec import AttachmentLimits, WorkflowsConfig
+from sits.pipeline.fusion.uploads import UploadStore
+from sits.pipeline.fusion.workflow_config import check_workflows
 from sits.scheduling.metrics import SchedulingMetrics
 from sits.scheduling.policy import RoutingPolicy, build_scheduler
 from sits.settings import Settings
@@ -63,7 +70,7 @@ log = logging.getLogger("sits")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
+DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files"})
 
 
 def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
@@ -139,6 +146,16 @@ class Gateway:
             FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
             self._understander, self._clock, random.Random(rng_seed),
         )
+        # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
+        limits = _section(AttachmentLimits, config.attachments, "attachments")
+        workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
+        uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time), \
+            DocumentParser(limits.max_pages)
+        director.attach_workflows(WorkflowRunner(
+            workflows, check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
+                                       self._understanding),
+            director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
+        files = FileRoutes(uploads, documents, limits)
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission)
         health = HealthRoutes(self.readiness)
         control_routes = ControlRoutes(
@@ -158,6 +175,7 @@ class Gateway:
         self.handler = Dispatcher(
             {
                 ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
+                ("POST", "/v1/files"): files.upload,
                 ("POST", "/v1/completions"): openai_routes.completions,
                 ("POST", "/v1/embeddings"): openai_routes.embeddings,
                 ("GET", "/v1/models"): openai_routes.list_models,
