@@ -25,6 +25,7 @@ from sits.api.control_routes import PREFIX as CONTROL_PREFIX
 from sits.api.control_routes import ControlRoutes
 from sits.api.dispatch import Dispatcher
 from sits.api.error_responses import render_error
+from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
 from sits.api.http_types import HttpRequest
@@ -190,6 +191,11 @@ class Gateway:
             before=self._authenticate if self._client_keys.enabled else None,
         )
 
+        # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
+        self.grpc = GrpcServer(director, self.admission, self._client_keys, self.handler.request_id_of,
+                               config.server.grpc_port, config.server.max_body_bytes) \
+            if config.server.grpc_port is not None else None
+
     # -- state the layers read ------------------------------------------------
 
     def routing_table(self) -> RoutingTable:
@@ -241,6 +247,8 @@ class Gateway:
         else:
             self._server = await loop.create_server(protocol, self.host, self.port, backlog=2048, reuse_address=True)
         self._tracker.start_idle_sweep(self._limits.keep_alive_timeout_s)
+        if self.grpc is not None:
+            await self.grpc.start(self.host)
         log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
                  ", ".join(self.routing_table().names()))
 
@@ -249,10 +257,14 @@ class Gateway:
         self._draining = True
         if self._server is not None:
             self._server.close()
+        grpc_drained = asyncio.create_task(self.grpc.stop(self.config.server.drain_timeout_s)) \
+            if self.grpc is not None else None  # stops accepting now, drains alongside HTTP
         self._tracker.close_idle()
         deadline = time.monotonic() + self.config.server.drain_timeout_s
         while self._tracker.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        if grpc_drained is not None:
+            await grpc_drained
         self._tracker.close_all()
         self._tracker.stop_idle_sweep()
         if self._engine_metrics is not None:

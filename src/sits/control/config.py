@@ -93,6 +93,8 @@ class ServerConfig(_Strict):
     # Data-plane keys: the name of an environment variable holding comma-separated client keys.
     # Unset: the data plane is open (as on a laptop).
     api_keys_env: str | None = None
+    # The gRPC door (sits.v1.ChatCompletions, docs/grpc.md) on this port, same host; unset: off; 0: a free port.
+    grpc_port: Annotated[int, Field(ge=0, le=65535)] | None = None
 
 
 class HealthCheckConfig(_Strict):
