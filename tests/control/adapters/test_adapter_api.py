@@ -64,15 +64,16 @@ async def test_register_activate_route_and_deactivate(gateway, engines, http, tm
     assert status == 200 and body["endpoints"] == {holder.id: "loaded"} and body["loaded_on"] == [holder.id]
     assert engines[1].loras == {"sql": str(adapter)} and engines[0].loras == {}
 
-    client = sdk(gateway)
-    for _ in range(6):  # every request goes where the adapter is loaded, named as vLLM serves it
-        answer = await client.chat.completions.create(model="smol:sql", messages=[{"role": "user", "content": "q"}])
-        assert answer.choices[0].message.content == "served by sql"
-    chats = [c for c in engines[1].log.calls if c[1] == "/v1/chat/completions"]
-    assert len(chats) == 6 and all(c[2]["model"] == "sql" for c in chats)
-    assert not [c for c in engines[0].log.calls if c[1] == "/v1/chat/completions"]
-    plain = await client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "q"}])
+    async with sdk(gateway) as client:
+        for _ in range(6):  # every request goes where the adapter is loaded, named as vLLM serves it
+            answer = await client.chat.completions.create(model="smol:sql",
+                                                          messages=[{"role": "user", "content": "q"}])
+            assert answer.choices[0].message.content == "served by sql"
+        plain = await client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "q"}])
     assert plain.choices[0].message.content == f"served by {SERVED}"  # the base model is untouched
+    chats = [c for c in engines[1].log.calls if c[1] == "/v1/chat/completions" and c[2]["model"] == "sql"]
+    assert len(chats) == 6
+    assert not [c for c in engines[0].log.calls if c[1] == "/v1/chat/completions" and c[2]["model"] == "sql"]
 
     status, body = await call(http, gateway, "POST", "/v1/adapters/sql/deactivate")
     assert status == 200 and body["endpoints"] == {holder.id: "unloaded"} and body["loaded_on"] == []
@@ -95,7 +96,8 @@ async def test_a_broken_adapter_is_registered_with_its_violations_and_never_acti
     assert status == 422 and body["error"]["param"] == "r" and "base_model_name_or_path" in body["error"]["message"]
     assert engines[0].log.calls == [] and engines[1].log.calls == []
     with pytest.raises(openai.NotFoundError) as info:  # an invalid adapter is no routable model
-        await sdk(gateway).chat.completions.create(model="smol:broken", messages=[{"role": "user", "content": "q"}])
+        async with sdk(gateway) as client:
+            await client.chat.completions.create(model="smol:broken", messages=[{"role": "user", "content": "q"}])
     assert info.value.body["param"] == "model"
 
 
@@ -140,4 +142,20 @@ async def test_unknown_adapter_routes_and_models(gateway, http):
     assert (await call(http, gateway, "POST", "/v1/adapters/ghost/activate"))[0] == 404
     assert (await call(http, gateway, "POST", "/v1/adapters/ghost/explode"))[0] == 404
     with pytest.raises(openai.NotFoundError):
-        await sdk(gateway).chat.completions.create(model="smol:ghost", messages=[{"role": "user", "content": "q"}])
+        async with sdk(gateway) as client:
+            await client.chat.completions.create(model="smol:ghost", messages=[{"role": "user", "content": "q"}])
+
+
+async def test_engine_failures_are_reported_per_endpoint(gateway, engines, http, tmp_path, smollm2, smollm2_config):
+    adapter = write_lora(tmp_path / "sql", smollm2)
+    await call(http, gateway, "POST", "/v1/adapters", registration(adapter, smollm2_config))
+    engines[0].fail_load_with = (400, "Loading lora sql failed: No adapter found for /elsewhere")
+    status, body = await call(http, gateway, "POST", "/v1/adapters/sql/activate")
+    ids = [e.id for e in gateway.routing_table().models["smol"].endpoints]
+    assert status == 200 and body["loaded_on"] == [ids[1]]  # one engine took it: usable there
+    assert "No adapter found" in body["endpoints"][ids[0]] and body["endpoints"][ids[1]] == "loaded"
+    engines[1].fail_load_with = engines[0].fail_load_with
+    await call(http, gateway, "POST", "/v1/adapters/sql/deactivate")
+    status, body = await call(http, gateway, "POST", "/v1/adapters/sql/activate")
+    assert status == 502 and "loaded nowhere" in body["error"]["message"]
+    assert (await call(http, gateway, "GET", "/v1/adapters/sql"))[1]["loaded_on"] == []

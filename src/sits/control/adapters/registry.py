@@ -24,7 +24,6 @@ from sits.errors import (
     InvalidRequest,
     ModelNotFound,
     NotFound,
-    SitsError,
     UnprocessableRequest,
     UpstreamError,
 )
@@ -116,7 +115,7 @@ class AdapterRegistry:
                     + "; ".join(f"{v.field}: {v.message}" for v in record.violations), param=first.field)
             outcomes: dict[str, str] = {}
             loaded = set(record.loaded_on)
-            first_error: SitsError | None = None
+            first_error: UpstreamError | None = None
             for endpoint in self._endpoints(record, endpoint_ids):
                 try:
                     await self._admin.load_lora_adapter(endpoint, record.name, record.engine_path)
@@ -131,7 +130,9 @@ class AdapterRegistry:
             record = dataclasses.replace(record, loaded_on=frozenset(loaded))
             self._set(record)
             if not loaded and first_error is not None:
-                raise first_error
+                # our own 502 with every endpoint's answer (a relayed engine 404 would read as "no such route")
+                raise UpstreamError(f"adapter {name!r} was loaded nowhere: "
+                                    + "; ".join(f"{k}: {v}" for k, v in outcomes.items()))
             return record, outcomes
 
     async def deactivate(self, name: str, endpoint_ids: list[str] | None = None
