@@ -95,7 +95,9 @@ def ask_with(*parts: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def test_best_of_n_picks_the_verified_draft_and_reports_every_step(drafters, report, start_gateway):
     good, bad = drafters
-    gateway = await start_gateway(fusion_config(good, bad))
+    gateway = await start_gateway(fusion_config(good, bad, description="Key metrics, checked"))
+    listed = {m.id: m async for m in sdk(gateway).models.list()}
+    assert listed["workflow:fin-check"].model_extra["description"] == "Key metrics, checked"
     raw = await sdk(gateway).chat.completions.with_raw_response.create(
         model="workflow:fin-check", messages=ask_with(pdf_part(report.pdf)))
     answer = raw.parse()
@@ -338,3 +340,40 @@ async def test_local_models_draft_a_workflow(tmp_path_factory, report):
     assert all(s["status"] == "ok" and s["usage"]["completion_tokens"] > 0 for s in drafts.values())
     assert answer.choices[0].message.content.strip()
     assert sits["aggregation"]["model"] in drafts and 0.0 <= sits["confidence"] <= 1.0
+
+
+async def test_llm_judge_verifier_ranks_the_drafts(start_gateway):
+    a = ScriptedUpstream("a", lambda body: "Lyon")
+    b = ScriptedUpstream("b", lambda body: "Paris")
+    judge = ScriptedUpstream("judge", lambda body: "PASS: matches" if "ANSWER:\nParis" in
+                             body["messages"][-1]["content"] else "FAIL: wrong city")
+    for server in (a, b, judge):
+        await server.start()
+    try:
+        models = [{"name": n, "endpoints": [{"url": s.url}]} for n, s in (("a", a), ("b", b), ("j", judge))]
+        gateway = await start_gateway({"server": {"drain_timeout_s": 2}, "models": models, "workflows": {"judged": {
+            "steps": [{"kind": "generate", "branches": [{"model": "a", "weight": 3}, {"model": "b"}]},
+                      {"kind": "verify", "symbolic": False, "judge": {"model": "j"}},
+                      {"kind": "aggregate", "method": "best_of_n"}]}}})
+        answer = await sdk(gateway).chat.completions.create(
+            model="workflow:judged", messages=[{"role": "user", "content": "Capital of France? Source: Paris."}])
+        assert answer.choices[0].message.content == "Paris"  # the judge outweighs the heavier branch
+        judges = [s for s in answer.model_extra["sits"]["steps"] if s["kind"] == "judge"]
+        assert sorted(s["detail"][:4] for s in judges) == ["FAIL", "PASS"] and len(judge.log.requests) == 2
+    finally:
+        for server in (a, b, judge):
+            await server.stop()
+
+
+async def test_workflows_answer_chat_only_and_uploads_need_a_form(drafters, start_gateway):
+    good, bad = drafters
+    gateway = await start_gateway(fusion_config(good, bad))
+    with pytest.raises(openai.BadRequestError, match="answers /v1/chat/completions only"):
+        await sdk(gateway).completions.create(model="workflow:fin-check", prompt="hi")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(base_url(gateway) + "/v1/files", json={"file": "x"}) as raw:
+            assert raw.status == 400 and "multipart/form-data" in (await raw.json())["error"]["message"]
+        form = aiohttp.FormData()
+        form.add_field("file", b"Revenue 1,000", filename="notes.txt", content_type="text/plain")
+        async with session.post(base_url(gateway) + "/v1/files", data=form) as raw:
+            assert raw.status == 422 and (await raw.json())["error"]["param"] == "purpose"

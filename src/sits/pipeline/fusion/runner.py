@@ -101,8 +101,9 @@ class WorkflowRunner:
             return None
         return route.workflow or (self.workflow_of(route.model) if route.model else None)
 
-    def names(self) -> list[str]:
-        return list(self._workflows)
+    def catalogue(self) -> list[tuple[str, str]]:
+        """(model name, description) of every workflow, for /v1/models."""
+        return [(WORKFLOW_PREFIX + name, spec.description) for name, spec in self._workflows.items()]
 
     # -- one run -------------------------------------------------------------------
 
