@@ -79,6 +79,8 @@ class OpenAIRoutes:
         if AUTO_MODEL not in table.models and AUTO_MODEL not in table.aliases and table.models:
             data.append({"id": AUTO_MODEL, "object": "model", "created": self._created, "owned_by": "sits",
                          "description": "SITS chooses the model per request"})
+        data += [{"id": name, "object": "model", "created": self._created, "owned_by": "sits",
+                  "description": description or "fusion workflow"} for name, description in self._director.workflows()]
         return HttpResponse(200, orjson.dumps({"object": "list", "data": data}))
 
     async def _forward(

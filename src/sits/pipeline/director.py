@@ -155,6 +155,10 @@ class Director:
         """At build: the runner calls back into this director for every step."""
         self._workflows = workflows
 
+    def workflows(self) -> list[tuple[str, str]]:
+        """(model name, description) of the configured workflows."""
+        return self._workflows.catalogue() if self._workflows is not None else []
+
     @property
     def caching(self) -> bool:
         return self._answers.enabled
