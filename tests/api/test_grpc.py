@@ -313,3 +313,65 @@ async def test_grpc_calls_land_in_the_same_metrics_as_http(upstream, start_gatew
     assert requests(model="m1", endpoint="m1/ep-0", status="200") == 2  # one HTTP, one gRPC
     assert requests(model="unknown", endpoint="none", status="404") == 1
     assert requests(model="m1", endpoint="m1/ep-0", status="499") == 1  # the cancelled stream
+
+
+def admission_config(url: str, limit: int, queue_p2: int = 1024) -> dict[str, Any]:
+    config = grpc_config(url)
+    config["admission"] = {"limiter": {"type": "fixed", "limit": limit}, "queue_size": {"P2": queue_p2}}
+    return config
+
+
+async def test_priority_metadata_goes_through_the_same_admission(upstream, start_gateway):
+    upstream.stream_chunks, upstream.chunk_delay = 4, 0.05
+    gateway = await start_gateway(admission_config(upstream.url, 1, queue_p2=1))
+    gate = gateway.admission.gates.get("m1")
+    channel, stub = stub_for(gateway)
+    request = pb.ChatCompletionRequest(model="m1", messages=HI)
+    async with channel:
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await stub.Create(request, metadata=(("x-sits-priority", "urgent!!"),))
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert dict(bad.value.trailing_metadata())["sits-error-param"] == "x-sits-priority"
+
+        async def ask(priority: str) -> list[pb.ChatCompletionStreamResponse]:
+            return [m async for m in stub.CreateStream(request, metadata=(("x-sits-priority", priority),))]
+
+        holder = asyncio.create_task(ask("P1"))
+        await wait_for(lambda: gate.in_flight == 1)
+        queued = asyncio.create_task(ask("batch"))
+        await wait_for(lambda: gate.queued() == 1)
+        with pytest.raises(grpc.aio.AioRpcError) as shed:
+            await ask("batch")  # the P2 queue (1) is full
+        await asyncio.gather(holder, queued)
+    assert shed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailing = dict(shed.value.trailing_metadata())
+    assert trailing["sits-http-status"] == "429" and int(trailing["retry-after"]) >= 1
+    assert len(upstream.log.requests) == 2
+
+
+async def test_upstream_4xx_is_relayed_with_the_model_servers_message(upstream, start_gateway):
+    upstream.mode = "context_error"
+    gateway = await start_gateway(grpc_config(upstream.url))
+    with pytest.raises(openai.BadRequestError) as http:
+        await sdk(gateway).chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}])
+    channel, stub = stub_for(gateway)
+    async with channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == http.value.body["message"] == "This model's maximum context length is 4096 tokens"
+    assert dict(info.value.trailing_metadata())["sits-error-code"] == "context_length_exceeded"
+
+
+async def test_lz4_request_cannot_expand_past_the_size_limit(upstream, start_gateway):
+    gateway = await start_gateway(grpc_config(upstream.url, max_body_bytes=64 * 1024))
+    inner = pb.ChatCompletionRequest(model="m1", messages=[pb.ChatMessage(role="user", content="a" * 200_000)])
+    bomb = lz4_request(inner)
+    assert bomb.ByteSize() < 4096  # small on the wire, 200 KB once expanded
+    channel, stub = stub_for(gateway)
+    async with channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Create(bomb)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "expands to more than 65536 bytes" in info.value.details()
+    assert upstream.log.requests == []
