@@ -170,6 +170,7 @@ class Gateway:
             config.cluster, config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings.data_dir,
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed))
         self.cluster.attach_registry(self.registry)  # models registered at runtime replicate too
+        self.cluster.attach_breakers(self._breakers)  # so do circuit openings and closings
         cluster_routes = ClusterRoutes(self.cluster, AdminGuard(settings.secrets.get(control.admin_key_env)))
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))

@@ -74,6 +74,7 @@ def replica_config(name: str, upstreams: dict[str, FakeUpstream], cluster: dict[
     return {
         "server": {"drain_timeout_s": 1},
         "control": {"allow_loopback": True},  # runtime registrations point at loopback test upstreams
+        "resilience": {"breaker_failure_threshold": 2, "breaker_open_s": 30, "max_attempts": 1},
         "models": [{"name": v, "endpoints": [{"url": u.url}]} for v, u in upstreams.items()],
         "aliases": {ALIAS: "chat@v1"},
         "cluster": {"replica_id": name, "anti_entropy_s": 0.5, "heartbeat_s": 0.2, "member_timeout_s": 3.0,
@@ -242,3 +243,32 @@ async def test_models_registered_at_runtime_appear_on_every_replica(cluster):
         listings = await asyncio.gather(*(cluster.admin.get(r, "/v1/registry") for r in cluster.replicas))
         return all("chat@v4" not in {m["name"] for m in listing["data"]} for listing in listings)
     await eventually(gone, CONVERGE_S, "removal replicated")
+
+
+async def test_an_open_circuit_on_one_replica_opens_it_everywhere(cluster):
+    r1, r2, r3 = cluster.replicas
+    v2 = cluster.upstreams["chat@v2"]
+    v2.mode = "error500"
+
+    async def ask(replica: ReplicaProcess) -> None:
+        client = openai.AsyncOpenAI(base_url=replica.url + "/v1", api_key="k", max_retries=0, timeout=10)
+        try:
+            with pytest.raises(openai.APIStatusError):
+                await client.chat.completions.create(model="chat@v2", messages=[{"role": "user", "content": "x"}])
+        finally:
+            await client.close()
+
+    for _ in range(2):  # the threshold: r1's breaker opens
+        await ask(r1)
+    tried = len(v2.log.requests)
+
+    async def open_everywhere() -> bool:
+        listings = await asyncio.gather(*(cluster.admin.get(r, "/v1/registry") for r in cluster.replicas))
+        return all(ep["circuit"] == "open" for listing in listings for m in listing["data"]
+                   if m["name"] == "chat@v2" for ep in m["endpoints"])
+    await eventually(open_everywhere, CONVERGE_S, "circuit open on every replica")
+    await ask(r2)
+    await ask(r3)
+    assert len(v2.log.requests) == tried  # r2 and r3 held back without failing on their own
+    circuits = (await cluster.admin.get(r3, "/v1/cluster"))["circuits"]
+    assert circuits["chat@v2/ep-0"]["state"] == "open" and circuits["chat@v2/ep-0"]["by"] == "r1"

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sits.control.aliases import AliasSwitchboard, AliasView
+from sits.control.circuit_replication import CircuitReplication
 from sits.control.cluster_config import ClusterConfig
 from sits.control.registry import Registry
 from sits.control.registry_replication import RegistryReplication
+from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.crdt.gcounter import GCounter
 from sits.state.crdt.hlc import HybridClock
 from sits.state.crdt.lww_map import LWWMap
@@ -67,7 +69,12 @@ class ClusterNode:
             self.http = http_peers.HttpPeerTransport(self.replica, config.peers, admin_token, config.anti_entropy_s,
                                                      config.timeout_s)
         self.registry: RegistryReplication | None = None
+        self.circuits: CircuitReplication | None = None
         self.replica.watch(self._on_document)
+
+    def attach_breakers(self, breakers: CircuitBreakers) -> None:
+        """Share circuit transitions with the other replicas."""
+        self.circuits = CircuitReplication(self.replica, breakers, self._monotonic)
 
     def attach_registry(self, registry: Registry) -> None:
         """Replicate the models registered through the control API."""
@@ -84,6 +91,8 @@ class ClusterNode:
         return served
 
     def _on_document(self, doc: ClusterDoc) -> None:
+        if self.circuits is not None:
+            self.circuits.on_document(doc)
         if self.registry is not None and self._heartbeat is not None:  # started: the registry is loaded
             self.registry.on_document(doc)
         if self._base is not None:
@@ -184,6 +193,7 @@ class ClusterNode:
             "served": {"total": replica.doc.served.value, "by_replica": dict(replica.doc.served.counts)},
             "rejected_messages": replica.rejected,
             "refused_registry_changes": 0 if self.registry is None else self.registry.refused,
+            "circuits": {} if self.circuits is None else self.circuits.describe(),
             "aliases": [v.to_json() for v in self.alias_views()],
         }
 

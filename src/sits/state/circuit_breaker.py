@@ -8,6 +8,7 @@ takes a replica out for tens of seconds): the breaker reacts within one request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,6 +34,8 @@ class CircuitBreakers:
     def __init__(self, policy: BreakerPolicy = BreakerPolicy()) -> None:
         self.policy = policy
         self._by_id: dict[str, _Breaker] = {}
+        # Told when a circuit opens or closes because of this gateway's own traffic (replication hook).
+        self.on_transition: Callable[[str, CircuitState], None] | None = None
 
     def state(self, endpoint_id: str, now: float) -> CircuitState:
         breaker = self._by_id.get(endpoint_id)
@@ -56,7 +59,10 @@ class CircuitBreakers:
     def on_success(self, endpoint_id: str) -> None:
         breaker = self._by_id.get(endpoint_id)
         if breaker is not None:
+            was = breaker.state
             breaker.state, breaker.failures, breaker.trial_in_flight = "closed", 0, False
+            if was != "closed" and self.on_transition is not None:
+                self.on_transition(endpoint_id, "closed")
 
     def on_failure(self, endpoint_id: str, now: float) -> None:
         breaker = self._by_id.setdefault(endpoint_id, _Breaker())
@@ -65,6 +71,21 @@ class CircuitBreakers:
                                             and breaker.failures >= self.policy.failure_threshold):
             breaker.state, breaker.opened_at, breaker.trial_in_flight = "open", now, False
             breaker.opened_count += 1
+            if self.on_transition is not None:
+                self.on_transition(endpoint_id, "open")
+
+    def trip(self, endpoint_id: str, now: float) -> None:
+        """Open a closed circuit because another replica saw the endpoint fail (not announced again)."""
+        breaker = self._by_id.setdefault(endpoint_id, _Breaker())
+        if breaker.state == "closed":
+            breaker.state, breaker.opened_at, breaker.trial_in_flight = "open", now, False
+            breaker.opened_count += 1
+
+    def reset(self, endpoint_id: str) -> None:
+        """Close the circuit because another replica's trial request succeeded (not announced again)."""
+        breaker = self._by_id.get(endpoint_id)
+        if breaker is not None:
+            breaker.state, breaker.failures, breaker.trial_in_flight = "closed", 0, False
 
     def opened_count(self, endpoint_id: str) -> int:
         """How many times the endpoint's circuit has opened (for metrics)."""

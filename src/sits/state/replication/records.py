@@ -39,7 +39,6 @@ class ReplicaStatus:
 
     state_hash: str
     progress: Mapping[str, AliasProgress] = field(default_factory=dict)
-    open_circuits: tuple[str, ...] = ()
 
 
 CircuitState = Literal["open", "closed"]

@@ -45,7 +45,6 @@ class _Progress(_Wire):
 class _Status(_Wire):
     state_hash: Annotated[str, Field(max_length=64)]
     progress: dict[Id, _Progress] = {}
-    open_circuits: list[Id] = []
 
 
 class _Circuit(_Wire):
@@ -138,13 +137,11 @@ def _status_out(status: ReplicaStatus | None) -> dict[str, Any] | None:
     if status is None:
         return None
     return {"state_hash": status.state_hash,
-            "progress": {a: {"s": p.stamp.to_wire(), "drained": p.drained} for a, p in status.progress.items()},
-            "open_circuits": list(status.open_circuits)}
+            "progress": {a: {"s": p.stamp.to_wire(), "drained": p.drained} for a, p in status.progress.items()}}
 
 
 def _status_in(status: _Status | None) -> ReplicaStatus | None:
     if status is None:
         return None
     return ReplicaStatus(status.state_hash,
-                         {a: AliasProgress(_stamp(p.s), p.drained) for a, p in status.progress.items()},
-                         tuple(status.open_circuits))
+                         {a: AliasProgress(_stamp(p.s), p.drained) for a, p in status.progress.items()})
