@@ -21,6 +21,7 @@ from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
+from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.fusion.result import WorkflowResult
 from sits.pipeline.fusion.runner import WorkflowRunner
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
@@ -74,6 +75,7 @@ class Director:
         self._stats = stats
         self._clock = clock
         self._rng = rng
+        self._hints: SchedulingHints | None = None  # adapter variants, exact token counts (attach_hints)
 
     async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer | WorkflowResult:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
@@ -147,6 +149,10 @@ class Director:
             metrics.admitted(request.priority, self._clock() - now)
         return ticket
 
+    def attach_hints(self, hints: SchedulingHints) -> None:
+        """At startup: `base:adapter` variants and exact token counts (pipeline/scheduling_hints.py)."""
+        self._hints = hints
+
     def attach_understander(self, understander: RequestUnderstander) -> None:
         """At startup, once its embedding model is loaded."""
         self._understander = understander
@@ -188,12 +194,11 @@ class Director:
             return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
         if len(views) == 1:  # nothing to rank: the profile would return this one endpoint
             return Plan(model, model.endpoints, kind), f"profile=none; pick={views[0].id}; reason=only endpoint"
-        decision = self._scheduler.schedule(
-            SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
-                              prefix_hash=prefix_hash(request.prompt_text)),
-            views,
-            self._rng,
-        )
+        wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
+                                   prefix_hash=prefix_hash(request.prompt_text))
+        if self._hints is not None:
+            wanted = self._hints.hinted(model, request.prompt_text, wanted)
+        decision = self._scheduler.schedule(wanted, views, self._rng)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
         by_id = {e.id: e for e in model.endpoints}
@@ -235,6 +240,8 @@ class Director:
         """The model to serve the request (or the workflow an intent route names), the route
         explanation, and the `x-sits-intent` value."""
         entry = table.resolve(request.model)
+        if entry is None and self._hints is not None:
+            entry = self._hints.resolve(table, request.model)  # "base:adapter"
         if entry is not None:
             return entry, "", ""
         if request.model == AUTO_MODEL and table.models:
