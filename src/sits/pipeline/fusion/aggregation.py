@@ -31,6 +31,7 @@ class Candidate:
     weight: float
     verdict: Verdict | None = None
     judge_score: float | None = None  # 1 PASS, 0 FAIL, None: no judge or unreadable
+    finish_reason: str = "stop"
 
     @property
     def score(self) -> float | None:

@@ -131,10 +131,8 @@ class WorkflowRunner:
             self._default_calibration if spec.verify is not None and spec.verify.symbolic else CalibrationMap.identity())
         chosen = choice.candidate
         verdict = chosen.verdict
-        finish = next((s.detail for s in run.steps if s.kind == "generate" and s.branch == chosen.branch
-                       and s.detail.startswith("finish=")), "finish=stop")[7:]
         return WorkflowResult(
-            workflow=name, content=chosen.content, finish_reason=finish,
+            workflow=name, content=chosen.content, finish_reason=chosen.finish_reason,
             confidence=min(1.0, max(0.0, calibration(choice.raw_confidence))), raw_confidence=choice.raw_confidence,
             method=choice.method, method_detail=choice.detail, chosen_branch=chosen.branch, chosen_model=chosen.model,
             steps=tuple(run.steps), findings=verdict.findings if verdict else (),
@@ -220,7 +218,7 @@ class WorkflowRunner:
                                         endpoint=answer.endpoint, branch=i, weight=weight,
                                         detail=f"finish={answer.finish_reason}", prompt_tokens=answer.prompt_tokens,
                                         completion_tokens=answer.completion_tokens, cost_usd=cost))
-            candidates.append(Candidate(i, answer.model, answer.content, weight))
+            candidates.append(Candidate(i, answer.model, answer.content, weight, finish_reason=answer.finish_reason))
         for i, model, estimate in skipped:
             run.steps.append(StepRecord(step.name, step.kind, "skipped", 0.0, model=model, branch=i,
                                         weight=step.branches[i].weight,

@@ -3,7 +3,6 @@ scheduling, admission, fallback chain, cache steps and stats all apply to it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -92,6 +91,3 @@ def actual_cost(table: RoutingTable, model: str, prompt_tokens: int, completion_
         return 0.0
     return prompt_tokens / 1000 * (entry.cost_per_1k_input or 0.0) + \
         completion_tokens / 1000 * (entry.cost_per_1k_output or 0.0)
-
-
-Clock = Callable[[], float]
