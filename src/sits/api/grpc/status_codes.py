@@ -53,10 +53,10 @@ def grpc_status(error: SitsError) -> GrpcStatus:
     error_code = str(body.get("code") or "")
     code = _BY_CODE.get(error_code) or _BY_HTTP_STATUS.get(response.status) or (
         grpc.StatusCode.INVALID_ARGUMENT if 400 <= response.status < 500 else grpc.StatusCode.INTERNAL)
-    metadata = [("sits-http-status", str(response.status)), ("sits-error-type", str(body.get("type") or "")),
-                ("sits-error-code", error_code)]
-    if body.get("param") is not None:
-        metadata.append(("sits-error-param", str(body["param"])))
+    metadata = [("sits-http-status", str(response.status))]
+    for key in ("type", "code", "param"):  # a relayed upstream error object may lack some of them
+        if body.get(key) is not None and body.get(key) != "":
+            metadata.append((f"sits-error-{key}", str(body[key])))
     metadata += [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.headers]
     return GrpcStatus(code, message, tuple((k, metadata_value(v)) for k, v in metadata))
 
