@@ -166,7 +166,7 @@ async def test_uploaded_file_is_used_by_id(drafters, report, start_gateway):
     good, bad = drafters
     gateway = await start_gateway(fusion_config(good, bad))
     client = sdk(gateway)
-    uploaded = await client.files.create(file=("q3.pdf", report.pdf, "application/pdf"), purpose="user_data")
+    uploaded = await client.files.create(file=("q3.pdf", report.pdf), purpose="user_data")  # type by content
     assert uploaded.id.startswith("file-") and uploaded.bytes == len(report.pdf) and uploaded.filename == "q3.pdf"
     answer = await client.chat.completions.create(
         model="workflow:fin-check",
