@@ -18,6 +18,7 @@ from sits.api.grpc import chat_pb2 as pb
 from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc.client_codec import chunks_of, completion_of, lz4_request
 from tests.conftest import base_url, one_model_config, sdk
+from tests.otlp_receiver import OtlpReceiver
 
 HI = [pb.ChatMessage(role="user", content="hi")]
 
@@ -375,3 +376,27 @@ async def test_lz4_request_cannot_expand_past_the_size_limit(upstream, start_gat
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "expands to more than 65536 bytes" in info.value.details()
     assert upstream.log.requests == []
+
+
+async def test_grpc_call_continues_the_callers_trace_into_the_upstream(upstream, start_gateway):
+    receiver = OtlpReceiver()
+    await receiver.start()
+    try:
+        config = grpc_config(upstream.url)
+        config["telemetry"] = {"tracing": {"endpoint": receiver.url}}
+        gateway = await start_gateway(config)
+        trace_id, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        channel, stub = stub_for(gateway)
+        async with channel:
+            await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI, max_tokens=7),
+                              metadata=(("traceparent", f"00-{trace_id}-{caller_span}-01"),))
+        spans = await receiver.wait_for(lambda found: {s.kind for s in found} >= {2, 3})  # server and client spans
+    finally:
+        await receiver.stop()
+    server = next(s for s in spans if s.kind == 2)
+    attempt = next(s for s in spans if s.kind == 3)
+    assert server.name == "POST /sits.v1.ChatCompletions/Create"
+    assert (server.trace_id, server.parent_span_id) == (trace_id, caller_span)
+    assert server.attributes["gen_ai.request.max_tokens"] == 7
+    assert attempt.parent_span_id == server.span_id
+    assert upstream.log.headers[-1]["traceparent"] == f"00-{trace_id}-{attempt.span_id}-01"
