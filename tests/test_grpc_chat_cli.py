@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,23 @@ def test_grpc_port_flag_is_validated_like_the_config_key():
     assert with_grpc_port(config, 50051).server.drain_timeout_s == 2
     with pytest.raises(ConfigError, match="grpc_port"):
         with_grpc_port(config, 70000)
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grpc_client.py"
+
+
+async def test_the_example_client_runs_against_a_gateway(upstream, start_gateway, tmp_path):
+    gateway = await start_gateway(one_model_config(upstream.url, grpc_port=0))
+    document = tmp_path / "doc.txt"
+    document.write_text("All about the sky. " * 500)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLE), "--address", f"127.0.0.1:{gateway.grpc.bound_port}", "--model", "m1",
+        "--compression", "lz4", "--prompt-file", str(document), "--seed", "--priority", "batch", "Summarize.",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0].startswith("unary  [m1 via m1/ep-0; request ") and lines[0].endswith("9 tokens]")
+    assert lines[1:] == ["hello from upstream-a", "stream tok0 tok1 tok2 tok3 tok4 "]
+    sent = upstream.log.requests[-1]
+    assert sent["seed"] == 7 and sent["messages"][0]["content"].endswith("\n\nSummarize.")
