@@ -53,9 +53,9 @@ async def call(http, gateway, method, path, body=None, headers=ADMIN):
         return response.status, await response.json()
 
 
-async def test_register_activate_route_and_deactivate(gateway, engines, http, tmp_path, smollm2, smollm2_gguf):
+async def test_register_activate_route_and_deactivate(gateway, engines, http, tmp_path, smollm2, smollm2_config):
     adapter = write_lora(tmp_path / "sql", smollm2, r=8)
-    status, body = await call(http, gateway, "POST", "/v1/adapters", registration(adapter, smollm2_gguf))
+    status, body = await call(http, gateway, "POST", "/v1/adapters", registration(adapter, smollm2_config))
     assert status == 201 and body["valid"] is True and body["violations"] == []
     assert body["model"] == "smol:sql" and body["rank"] == 8 and body["target_modules"] == ["q_proj", "v_proj"]
 

@@ -25,3 +25,11 @@ def catalog(tmp_path_factory) -> TokenizerCatalog:
 def smollm2_gguf(tmp_path_factory) -> Path:
     spec = next(s for s in EMBEDDED_DEFAULT_MODELS if s.name == "smollm2-135m")
     return resolve_gguf(spec, tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_catalog(tmp_path_factory, smollm2_gguf) -> TokenizerCatalog:
+    """SmolLM2-135M's GGUF vocabulary and llama.cpp tokenizer, family "smollm2" (parsed once: seconds)."""
+    catalog = TokenizerCatalog(tmp_path_factory.mktemp("gguf-cache"))
+    catalog.load_one(TokenizerSource("smollm2", smollm2_gguf))
+    return catalog

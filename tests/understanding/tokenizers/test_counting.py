@@ -11,7 +11,6 @@ from aiohttp import web
 
 from sits.errors import UpstreamProtocolError, UpstreamStatusError
 from sits.understanding.tokenizers.backend_tokenizer import BackendTokenizer, parse_tokenize_response
-from sits.understanding.tokenizers.catalog import TokenizerCatalog, TokenizerSource
 
 RECORDED = Path(__file__).parent / "recorded"
 SENTENCE = "The quick brown fox jumps over the lazy dog."
@@ -64,13 +63,11 @@ async def test_vllm_and_sglang_counts_match_the_local_qwen_tokenizer(catalog, se
 
 
 @pytest.mark.parametrize("recording", ["llamacpp_tokenize_smollm2.json", "llamacpp_tokenize_pieces_smollm2.json"])
-async def test_llama_cpp_counts_match_the_local_gguf_tokenizer(tmp_path, smollm2_gguf, session, recording):
-    catalog = TokenizerCatalog(tmp_path)
-    catalog.load_one(TokenizerSource("smollm2", smollm2_gguf))
+async def test_llama_cpp_counts_match_the_local_gguf_tokenizer(smollm2_catalog, session, recording):
     pieces = "pieces" in recording
     async with RecordedEngine(recording) as server:
         tokenized = await BackendTokenizer(session, server.url, "llamacpp").tokenize(SENTENCE, with_pieces=pieces)
-    local = catalog.counters["smollm2"]
+    local = smollm2_catalog.counters["smollm2"]
     assert list(tokenized.tokens) == local.encode(SENTENCE) and local.count(SENTENCE) == 10
     assert server.requests == [{"content": SENTENCE, "add_special": False, "with_pieces": pieces}]
     if pieces:
