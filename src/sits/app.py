@@ -249,7 +249,7 @@ class Gateway:
             self._server = await loop.create_server(protocol, self.host, self.port, backlog=2048, reuse_address=True)
         self._tracker.start_idle_sweep(self._limits.keep_alive_timeout_s)
         if self.grpc is not None:
-            await self.grpc.start(self.host)
+            await self.grpc.start(self.host, reuse_port=sock is not None)  # a shared socket: N workers
         log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
                  ", ".join(self.routing_table().names()))
 

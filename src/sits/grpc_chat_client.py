@@ -10,7 +10,6 @@ from sits.api.grpc import chat_pb2 as pb
 from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc.client_codec import chunks_of, lz4_request
 
-DEFAULT_ADDRESS = "127.0.0.1:50051"
 COMPRESSIONS = {"none": pb.COMPRESSION_NONE, "gzip": pb.COMPRESSION_GZIP, "lz4": pb.COMPRESSION_LZ4}
 
 

@@ -15,6 +15,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sits.api.grpc import chat_pb2 as pb
+from sits.app import Gateway
+from sits.control.config import parse_config
+from sits.errors import ConfigError
+from sits.settings import Settings
 from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc.client_codec import chunks_of, completion_of, lz4_request
 from tests.conftest import base_url, one_model_config, sdk
@@ -400,3 +404,14 @@ async def test_grpc_call_continues_the_callers_trace_into_the_upstream(upstream,
     assert server.attributes["gen_ai.request.max_tokens"] == 7
     assert attempt.parent_span_id == server.span_id
     assert upstream.log.headers[-1]["traceparent"] == f"00-{trace_id}-{attempt.span_id}-01"
+
+
+async def test_a_grpc_port_in_use_is_a_startup_error_not_a_shared_port(upstream, start_gateway, tmp_path):
+    first = await start_gateway(grpc_config(upstream.url))
+    config = parse_config(one_model_config(upstream.url, grpc_port=first.grpc.bound_port))
+    second = Gateway(Settings(host="127.0.0.1", port=0, data_dir=tmp_path / "second"), config)
+    try:
+        with pytest.raises(ConfigError, match=f"server.grpc_port: cannot listen on 127.0.0.1:{first.grpc.bound_port}"):
+            await second.start()
+    finally:
+        await second.stop()

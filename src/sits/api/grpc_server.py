@@ -36,11 +36,13 @@ class GrpcServer:
         self._server: grpc.aio.Server | None = None
         self.bound_port = 0
 
-    async def start(self, host: str) -> None:
-        """Listen on host:port (port 0: a free one, then in `bound_port`)."""
+    async def start(self, host: str, reuse_port: bool = False) -> None:
+        """Listen on host:port (port 0: a free one, then in `bound_port`). `reuse_port` for
+        `sits serve --workers N`, where every process listens on the port; otherwise a port in use
+        is an error, never a port silently shared with another gateway."""
         server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", self._max_message_bytes),
-            ("grpc.so_reuseport", 1),  # `sits serve --workers N`: every process listens on the port
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ])
         chat_pb2_grpc.add_ChatCompletionsServicer_to_server(self._service, server)
         address = f"[{host}]:{self._port}" if ":" in host else f"{host}:{self._port}"
