@@ -13,7 +13,7 @@ import random
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,13 +126,14 @@ class LlamaEngine:
         from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        llama = Llama(
-            model_path=str(self._model_path),
-            n_ctx=self._n_ctx,
-            n_threads=self._n_threads,
-            n_threads_batch=self._n_threads,
-            verbose=False,
-        )
+        with _plain_weight_buffers():
+            llama = Llama(
+                model_path=str(self._model_path),
+                n_ctx=self._n_ctx,
+                n_threads=self._n_threads,
+                n_threads_batch=self._n_threads,
+                verbose=False,
+            )
         template = llama.metadata.get("tokenizer.chat_template")
         if self._prompt_format == "chat-template":
             if not template:
@@ -231,3 +232,25 @@ def _translated(error: BaseException) -> BaseException:
     if isinstance(error, ValueError) and "context window" in str(error):
         return ContextTooLong(str(error))
     return SitsError(f"generation failed: {type(error).__name__}: {error}")
+
+
+@contextmanager
+def _plain_weight_buffers() -> Iterator[None]:
+    """Load weights into plain CPU buffers, not llama.cpp's "extra" buffer types (AMX / repacked
+    layouts): on AMX hosts the AMX matmul of llama-cpp-python 0.3.36 segfaults on the first decode
+    (ggml_backend_amx_mul_mat). `Llama()` takes no such option, so the defaults it reads are
+    adjusted while it loads; this runs in the model's own worker process."""
+    import llama_cpp.llama_cpp as low_level
+
+    defaults = low_level.llama_model_default_params
+
+    def plain() -> Any:
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    low_level.llama_model_default_params = plain
+    try:
+        yield
+    finally:
+        low_level.llama_model_default_params = defaults
