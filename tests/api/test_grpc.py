@@ -84,16 +84,50 @@ async def test_stream_yields_each_chunk_then_usage(upstream, start_gateway):
     assert upstream.log.requests[-1]["stream_options"] == {"include_usage": True}
 
 
-async def test_deadline_exceeded_while_upstream_hangs(upstream, start_gateway):
-    gateway = await start_gateway(grpc_config(upstream.url))
-    upstream.mode = "hang"
-    channel, stub = stub_for(gateway)
-    started = time.monotonic()
-    async with channel:
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI), timeout=0.4)
-    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert time.monotonic() - started < 2.0
+class SilentUpstream:
+    """A loopback HTTP server that reads a chat request and never answers; it notes when the gateway hangs up."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.hung_up = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> SilentUpstream:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"POST /v1/chat/completions "):
+            writer.close()  # health probes: not what this test watches
+            return
+        self.requests += 1
+        await reader.read()  # returns at EOF: the gateway closed the connection
+        self.hung_up.set()
+        writer.close()
+
+
+async def test_deadline_exceeded_cancels_the_waiting_upstream_request(start_gateway):
+    async with SilentUpstream() as upstream:
+        gateway = await start_gateway(grpc_config(upstream.url))
+        channel, stub = stub_for(gateway)
+        started = time.monotonic()
+        async with channel:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI), timeout=0.4)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - started < 2.0
+        await asyncio.wait_for(upstream.hung_up.wait(), 5)  # the gateway dropped the upstream request
+        assert upstream.requests == 1
 
 
 async def test_deadline_passing_mid_stream_cancels_the_upstream_request(upstream, start_gateway):
