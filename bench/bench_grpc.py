@@ -45,6 +45,8 @@ from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa
 from targets import MODEL, start_upstream, sits_command  # noqa: E402
 
 RESULTS = BENCH_DIR / "results" / "grpc.json"
+DOCS = BENCH_DIR.parent / "docs" / "grpc.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 LOG_DIR = BENCH_DIR / "results" / "tmp" / "logs-grpc"
 GATEWAY_CPU, LOAD_CPU = "0", "1"
 MAX_REQUESTS = 1_000_000
@@ -132,6 +134,14 @@ def table(cells: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def replace_between(path: Path, begin: str, end: str, text: str) -> None:
+    doc = path.read_text()
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
+    print(f"updated {path.relative_to(BENCH_DIR.parent)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
@@ -139,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", default="1,64")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the gateway and the load to separate CPUs")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--update-docs", action="store_true", help=f"replace the table in {DOCS.name}")
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2
@@ -169,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(cells))
     print(f"\nwrote {args.out.relative_to(BENCH_DIR.parent) if args.out.is_relative_to(BENCH_DIR.parent) else args.out}")
+    if args.update_docs:
+        replace_between(DOCS, BEGIN, END, table(cells))
     return 0 if all(c["errors"] == 0 for c in cells) else 1
 
 

@@ -1,6 +1,7 @@
 """Size and time of gRPC message compression (none, gzip, LZ4) on real prompt text: 1 KB, 100 KB, 1 MB.
 
     python bench/bench_grpc_compression.py     # about 30 s; writes bench/results/grpc-compression.json
+    python bench/bench_grpc_compression.py --update-docs   # and the tables in docs/grpc.md
 
 Prompt text: the Python language reference (pydoc_data.topics, English prose) from the start; the 1 MB
 prompt continues with the asyncio and email packages' source code (a documents-plus-code prompt, as a RAG or code
@@ -35,7 +36,7 @@ import lz4.frame  # noqa: E402
 import orjson  # noqa: E402
 import uvloop  # noqa: E402
 
-from bench_grpc import start_sits_with_grpc  # noqa: E402
+from bench_grpc import DOCS, replace_between, start_sits_with_grpc  # noqa: E402
 from grpc_load import run_grpc, run_http  # noqa: E402
 from measure import percentile  # noqa: E402
 from processes import ProcessSet  # noqa: E402
@@ -141,14 +142,22 @@ def main() -> int:
               "codec": codec, "end_to_end": e2e}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print("| prompt | codec | bytes | ratio | compress µs | decompress µs |\n|---|---|---|---|---|---|")
-    for r in codec:
-        print(f"| {r['size']} | {r['codec']} | {r['bytes']:,} | {r['ratio']} | {r['compress_us']} | {r['decompress_us']} |")
-    print("\n| prompt | client | request bytes | p50 ms | p90 ms |\n|---|---|---|---|---|")
-    for r in e2e:
-        print(f"| {r['size']} | {r['client']} | {r['request_bytes']:,} | {r['p50_ms']} | {r['p90_ms']} |")
+    tables = render(codec, e2e)
+    print(tables)
     print(f"\nwrote {RESULTS.relative_to(BENCH_DIR.parent)}")
+    if "--update-docs" in sys.argv[1:]:
+        replace_between(DOCS, "<!-- compression:begin -->", "<!-- compression:end -->", tables)
     return 0
+
+
+def render(codec: list[dict], e2e: list[dict]) -> str:
+    lines = ["| prompt | codec | bytes | ratio | compress µs | decompress µs |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['size']} | {r['codec']} | {r['bytes']:,} | {r['ratio']} | {r['compress_us']} | "
+              f"{r['decompress_us']} |" for r in codec]
+    lines += ["", "Whole unary calls through `sits serve` over loopback (fast upstream; sequential; p50 / p90 ms):", "",
+              "| prompt | client | request bytes | p50 ms | p90 ms |", "|---|---|---|---|---|"]
+    lines += [f"| {r['size']} | {r['client']} | {r['request_bytes']:,} | {r['p50_ms']} | {r['p90_ms']} |" for r in e2e]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
