@@ -19,22 +19,34 @@ from typing import Any
 from pydantic import ValidationError
 
 from sits.api.attachments import FileRoutes
+from sits.api.adapter_routes import COLLECTION as ADAPTERS
+from sits.api.adapter_routes import PREFIX as ADAPTERS_PREFIX
+from sits.api.adapter_routes import AdapterRoutes
 from sits.api.auth import AdminGuard, DataPlaneKeys
 from sits.api.cluster_routes import ALIASES_PREFIX, ClusterRoutes, cluster_route_table
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
 from sits.api.control_routes import ControlRoutes
 from sits.api.dispatch import Dispatcher
+from sits.api.engine_routes import SLEEPING as ENGINES_SLEEPING
+from sits.api.engine_routes import SWITCH as ENGINE_SWITCH
+from sits.api.engine_routes import EngineRoutes
 from sits.api.error_responses import render_error
 from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
 from sits.api.http_types import HttpRequest
 from sits.api.openai_routes import OpenAIRoutes
+from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
+from sits.api.tokenizer_routes import LIST as TOKENIZERS
+from sits.api.tokenizer_routes import TokenizerRoutes
 from sits.backends.address_policy import AddressPolicy
 from sits.backends.engine_metrics_scraper import EngineMetricsScraper
 from sits.backends.http_client import ConnectionPool
 from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
+from sits.backends.vllm_admin import VllmAdmin
+from sits.control.adapters.registry import AdapterRegistry
+from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
 from sits.control.config import GatewayConfig, config_error
 from sits.control.discovery import discover_models
@@ -47,6 +59,7 @@ from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
 from sits.pipeline.fallback import FallbackPolicy
+from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.pipeline.fusion.documents import DocumentParser
 from sits.pipeline.fusion.runner import WorkflowRunner
@@ -65,6 +78,7 @@ from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache import build_semantic_cache
 from sits.understanding.factory import build_understander
 from sits.understanding.settings import UnderstandingConfig
+from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
 
 log = logging.getLogger("sits")
@@ -165,6 +179,20 @@ class Gateway:
             self._clock, functools.partial(discover_models, pool=self._guarded_pool, policy=self._policy),
             on_change=self._prober.poke,  # probe new endpoints now, not at the next tick
         )
+        # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
+        vllm_admin = VllmAdmin(self._pool)
+        self.adapters = AdapterRegistry(self.routing_table, vllm_admin)
+        engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
+                                                     self._clock), AdminGuard(settings.secrets.get(control.admin_key_env)))
+        self.tokenizers = TokenizerCatalog(settings.data_dir / "tokenizers" / "cache")
+        self._tokenizers_loaded: asyncio.Task[object] | None = None
+        hints = SchedulingHints()
+        hints.attach_adapters(self.adapters.resolve, self.adapters.loaded_on)
+        hints.attach_tokenizers(self.tokenizers, self.routing_table)
+        director.attach_hints(hints)
+        adapter_routes = AdapterRoutes(self.adapters, AdminGuard(settings.secrets.get(control.admin_key_env)))
+        tokenizer_routes = TokenizerRoutes(self.tokenizers, self.routing_table,
+                                           AdminGuard(settings.secrets.get(control.admin_key_env)))
         # Replicated aliases and state (docs/replication.md); a cluster of one without a transport.
         self.cluster = ClusterNode(
             config.cluster, config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings.data_dir,
@@ -184,11 +212,18 @@ class Gateway:
                 ("POST", "/v1/models/register"): control_routes.register,
                 ("POST", "/v1/models/discover"): control_routes.discover,
                 ("GET", "/v1/registry"): control_routes.list_registry,
+                ("POST", ADAPTERS): adapter_routes.register,
+                ("GET", ADAPTERS): adapter_routes.list_adapters,
+                ("POST", ENGINE_SWITCH): engine_routes.switch,
+                ("GET", TOKENIZERS): tokenizer_routes.list_tokenizers,
+                ("POST", TOKENIZER_COUNT): tokenizer_routes.count,
+                ("GET", ENGINES_SLEEPING): engine_routes.sleeping,
                 ("GET", "/healthz"): health.healthz,
                 ("GET", "/readyz"): health.readyz,
                 **cluster_route_table(cluster_routes),
             },
-            prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource},
+            prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
+                           ADAPTERS_PREFIX: adapter_routes.adapter_resource},
             before=self._authenticate if self._client_keys.enabled else None,
         )
 
@@ -218,6 +253,11 @@ class Gateway:
             return False, "starting"
         return True, f"{len(self._table.models)} models"
 
+    async def tokenizers_ready(self) -> None:
+        """Wait until the tokenizers found at startup are loaded (exact counts from then on)."""
+        if self._tokenizers_loaded is not None:
+            await asyncio.shield(self._tokenizers_loaded)
+
     def _authenticate(self, request: HttpRequest, path: str) -> None:
         if path in DATA_PLANE_PATHS:
             self._client_keys.check(request)
@@ -235,6 +275,9 @@ class Gateway:
             self._director.attach_understander(self._understander)
         await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
         await self.cluster.start()
+        # Tokenizers under <data dir>/tokenizers/ load in the background; until then counts are estimates.
+        self._tokenizers_loaded = asyncio.create_task(asyncio.to_thread(
+            self.tokenizers.load, discover_sources(self.settings.data_dir / "tokenizers")), name="sits-tokenizers")
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
         if self._engine_metrics is not None:
             self._engine_metrics.start()
@@ -261,6 +304,8 @@ class Gateway:
         grpc_drained = asyncio.create_task(self.grpc.stop(self.config.server.drain_timeout_s)) \
             if self.grpc is not None else None  # stops accepting now, drains alongside HTTP
         self._tracker.close_idle()
+        if self._tokenizers_loaded is not None:
+            self._tokenizers_loaded.cancel()  # a load still running finishes in its thread, unused
         deadline = time.monotonic() + self.config.server.drain_timeout_s
         while self._tracker.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

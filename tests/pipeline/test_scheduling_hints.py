@@ -27,7 +27,7 @@ def test_a_model_with_a_known_tokenizer_gets_an_exact_lazy_counter(tmp_path):
     catalog = TokenizerCatalog(tmp_path)
     catalog.load_one(TokenizerSource("llama3", TOKENIZERS / "llama3"))
     hints = SchedulingHints()
-    hints.attach_tokenizers(catalog)
+    hints.attach_tokenizers(catalog, lambda: RoutingTable({}))
     text = "The quick brown fox jumps over the lazy dog."
     by_family = hints.hinted(entry("served-llama", family="llama3"), text, REQUEST)
     assert by_family.count_prompt_tokens is not None and by_family.count_prompt_tokens() == 10

@@ -207,6 +207,8 @@ class Director:
     async def _send(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
         if endpoint.upstream_model != request.model:
             body = _with_model(body, endpoint.upstream_model)
+        if self._hints is not None and model != request.model:
+            body = self._hints.translated(request.model, model, request.prompt_text, body)  # another family?
         stats = self._stats.get(endpoint.id)
         span, trace_headers = None, b""
         if request.trace is not None:

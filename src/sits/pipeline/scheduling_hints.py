@@ -1,10 +1,14 @@
-"""What the director adds to a request before scheduling: adapter variants and exact token counts.
+"""What the director adds to a request on its way: adapter variants, exact token counts, and
+token-level translation when a request moves to a model of another tokenizer family.
 
 - `model: "base:adapter"` resolves to the base model's endpoints with the upstream model set to
   the adapter's name (how vLLM serves LoRA adapters), endpoints holding the adapter first; the
   scheduling request names those endpoints for `adapter-affinity-scorer`.
 - When the target model's tokenizer is known, the scheduling request carries a lazy exact
   counter for the prompt (the context-window filter calls it only near a window's edge).
+- When an attempt goes to a model of another family than the one asked for (a fallback), the
+  body's `logit_bias`, `stop_token_ids` and `max_tokens` move to the target's tokens
+  (`understanding/tokenizers/translation.py`); a body without them is passed on untouched.
 
 Both sources are attached at startup by the composition root; without them nothing changes.
 """
@@ -14,9 +18,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import orjson
+
 from sits.scheduling.types import SchedulingRequest
 from sits.state.routing_table import ModelEntry, RoutingTable
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
+from sits.understanding.tokenizers.translation import translate_request
+
+# Body fields that name or count tokens; a body without any of them needs no translation.
+_TOKEN_FIELDS = (b'"logit_bias"', b'"stop_token_ids"', b'"max_tokens"', b'"max_completion_tokens"')
+_SAMPLE_CHARS = 4000  # enough prompt text for a stable token ratio
 
 # (table, requested name) -> the variant entry, or None if the name is no variant of a model
 VariantResolver = Callable[[RoutingTable, str], ModelEntry | None]
@@ -29,13 +40,15 @@ class SchedulingHints:
         self._resolve: VariantResolver | None = None
         self._loaded_on: LoadedOn | None = None
         self._tokenizers: TokenizerCatalog | None = None
+        self._table: Callable[[], RoutingTable] | None = None
 
     def attach_adapters(self, resolve: VariantResolver, loaded_on: LoadedOn) -> None:
         self._resolve = resolve
         self._loaded_on = loaded_on
 
-    def attach_tokenizers(self, catalog: TokenizerCatalog) -> None:
+    def attach_tokenizers(self, catalog: TokenizerCatalog, table: Callable[[], RoutingTable]) -> None:
         self._tokenizers = catalog
+        self._table = table
 
     def resolve(self, table: RoutingTable, name: str) -> ModelEntry | None:
         return self._resolve(table, name) if self._resolve is not None else None
@@ -51,3 +64,21 @@ class SchedulingHints:
             def count() -> int:
                 return counter.count(prompt_text)
         return dataclasses.replace(request, adapter_endpoints=loaded, count_prompt_tokens=count)
+
+    def translated(self, requested: str, target: str, prompt_text: str, body: bytes) -> bytes:
+        """`body` for model `target` when the client asked for `requested` (see the module docstring)."""
+        catalog, table = self._tokenizers, self._table
+        if catalog is None or table is None or not any(f in body for f in _TOKEN_FIELDS):
+            return body
+        current = table()
+        source_entry, target_entry = current.resolve(requested), current.models.get(target)
+        if source_entry is None or target_entry is None:
+            return body
+        source = catalog.family_for(source_entry.name, source_entry.tokenizer_family)
+        destination = catalog.family_for(target_entry.name, target_entry.tokenizer_family)
+        if source is None or destination is None or source == destination:
+            return body
+        payload = orjson.loads(body)
+        moved = translate_request(catalog.bridge, source, destination, payload, catalog.counters,
+                                  sample=prompt_text[:_SAMPLE_CHARS])
+        return orjson.dumps(moved.body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from tests.conftest import base_url, one_model_config
+from tests.conftest import base_url, one_model_config, sdk
 from tests.understanding.tokenizers.conftest import TOKENIZERS
 
 ADMIN = {"authorization": "Bearer admin-key"}
@@ -57,3 +57,36 @@ async def test_a_gateway_without_a_tokenizer_directory_has_none(start_gateway, u
     await gateway.tokenizers_ready()
     status, body = await call(gateway, "GET", "/v1/tokenizers")
     assert status == 200 and body == {"families": [], "coverage": []}
+
+
+async def test_a_fallback_to_another_family_gets_the_request_in_its_own_tokens(start_gateway, upstream, upstream_b,
+                                                                              tmp_path, catalog):
+    data_dir = tmp_path / "data"
+    (data_dir / "tokenizers").mkdir(parents=True)
+    for family in ("llama3", "qwen3"):
+        (data_dir / "tokenizers" / family).symlink_to(TOKENIZERS / family)
+    config = {**one_model_config(f"http://127.0.0.1:{upstream.port}/v1", name="static"),
+              "control": {"allow_loopback": True}}
+    gateway = await start_gateway(config, secrets={"SITS_ADMIN_KEY": "admin-key"}, data_dir=data_dir)
+    await gateway.tokenizers_ready()
+    for name, port, family, fallbacks in (("qwen-chat", upstream_b.port, "qwen3", []),
+                                          ("llama-chat", upstream.port, "llama3", ["qwen-chat"])):
+        status, body = await call(gateway, "POST", "/v1/models/register", {
+            "name": name, "endpoint": f"http://127.0.0.1:{port}/v1", "tokenizer_family": family,
+            "fallbacks": fallbacks})
+        assert status == 201, body
+    upstream.mode = "error500"  # the Llama-3 model fails: the request falls back to the Qwen3 one
+    llama, qwen = catalog.counters["llama3"], catalog.counters["qwen3"]
+    (yes_llama,), (yes_qwen,) = llama.encode(" yes"), qwen.encode(" yes")
+    prompt = "Answer yes or no: is 1234 + 5678 = 6912? 请回答。"
+    async with sdk(gateway) as client:
+        answer = await client.chat.completions.create(
+            model="llama-chat", messages=[{"role": "user", "content": prompt}], max_tokens=40,
+            logit_bias={str(yes_llama): 5}, extra_body={"stop_token_ids": [128009]})
+    assert answer.choices[0].message.content
+    sent = upstream_b.log.requests[-1]
+    assert sent["model"] == "qwen-chat" and sent["logit_bias"] == {str(yes_qwen): 5.0}
+    assert 151645 in sent["stop_token_ids"]  # <|eot_id|> became <|im_end|> (and <|endoftext|>)
+    ratio = qwen.count(prompt) / llama.count(prompt)
+    assert sent["max_tokens"] == -(-40 * qwen.count(prompt) // llama.count(prompt)) and ratio != 1.0
+    assert upstream.log.requests[-1]["logit_bias"] == {str(yes_llama): 5}  # the first attempt went as sent
