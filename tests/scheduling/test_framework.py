@@ -25,7 +25,7 @@ def fake_timer():
 
 
 def test_metrics_time_every_plugin_and_count_decisions():
-    metrics = SchedulingMetrics(fake_timer())
+    metrics = SchedulingMetrics(fake_timer(), timed_every=1)
     profile = Profile("p", (P.create("filter", "healthy-filter"),),
                       (WeightedScorer(P.create("scorer", "least-inflight-scorer"), 1.0),),
                       P.create("picker", "max-score-picker"))
@@ -35,6 +35,18 @@ def test_metrics_time_every_plugin_and_count_decisions():
     assert set(timings) == {"healthy-filter", "least-inflight-scorer", "max-score-picker"}
     assert all(t.calls == 3 and t.total_ns == 3000 for t in timings.values())
     assert metrics.decisions == {"p": 3}
+
+
+def test_metrics_time_one_decision_in_n_and_count_all():
+    metrics = SchedulingMetrics(fake_timer(), timed_every=4)
+    profile = Profile("p", (P.create("filter", "healthy-filter"),),
+                      (WeightedScorer(P.create("scorer", "least-inflight-scorer"), 1.0),),
+                      P.create("picker", "max-score-picker"))
+    for _ in range(9):
+        profile.run(REQ, eps(4), random.Random(0), metrics)
+    timings = {t.name: t for t in metrics.snapshot()}
+    assert {t.calls for t in timings.values()} == {3}  # decisions 1, 5 and 9
+    assert metrics.decisions == {"p": 9}
 
 
 def test_a_broken_scorer_abstains_and_is_counted():

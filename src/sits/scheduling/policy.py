@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sits.scheduling.candidate_sample import CandidateSample
 from sits.scheduling.framework import Profile, WeightedScorer
 from sits.scheduling.metrics import SchedulingMetrics
 from sits.scheduling.registry import PluginRegistry, builtin_plugins
@@ -30,10 +31,18 @@ class ScorerSpec(PluginSpec):
     weight: Annotated[float, Field(ge=0)] = 1.0
 
 
+class SampleSpec(_Strict):
+    """Decide pools larger than `above` over `size` random endpoints (plus the prefix's owner)."""
+
+    above: Annotated[int, Field(ge=1)] = 512
+    size: Annotated[int, Field(ge=2)] = 48
+
+
 class ProfileSpec(_Strict):
     filters: list[PluginSpec] = []
     scorers: list[ScorerSpec] = []
     picker: PluginSpec = PluginSpec(type="max-score-picker")
+    sample: SampleSpec | None = None  # off: every decision considers the whole pool
 
 
 class EngineMetricsSpec(_Strict):
@@ -64,6 +73,8 @@ def _default_profile() -> ProfileSpec:
             ScorerSpec(type="adapter-affinity-scorer", weight=4.0),
         ],
         picker=PluginSpec(type="max-score-picker"),
+        # O(d) decisions on pools of thousands (docs/scheduling.md, "Decision latency")
+        sample=SampleSpec(above=512, size=48),
     )
 
 
@@ -117,6 +128,7 @@ def build_profile(plugins: PluginRegistry, name: str, spec: ProfileSpec) -> Prof
         filters=tuple(plugins.create("filter", f.type, f.params) for f in spec.filters),
         scorers=tuple(WeightedScorer(plugins.create("scorer", s.type, s.params), s.weight) for s in spec.scorers),
         picker=plugins.create("picker", spec.picker.type, spec.picker.params),
+        sample=CandidateSample(spec.sample.above, spec.sample.size) if spec.sample is not None else None,
     )
 
 

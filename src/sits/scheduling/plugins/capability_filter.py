@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -19,6 +19,13 @@ class CapabilityFilter:
 
     def __init__(self, params: CapabilityFilterParams | None = None) -> None:
         self._undeclared_ok = (params or CapabilityFilterParams()).undeclared_is_capable
+
+    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool] | None:
+        needs = request.needs
+        if not needs:
+            return None  # a request that needs nothing: every endpoint is capable
+        ok = self._undeclared_ok
+        return lambda e: ok if e.capabilities is None else needs <= e.capabilities
 
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -23,6 +24,12 @@ class HealthyFilter:
         self._max_error_rate = p.max_error_rate
         self._fail_open = p.fail_open
 
+    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool]:
+        limit = self._max_error_rate
+        if limit >= 1.0:
+            return _is_healthy
+        return lambda e: e.healthy and e.error_rate <= limit
+
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:
@@ -32,3 +39,6 @@ class HealthyFilter:
         else:
             healthy = [e for e in endpoints if e.healthy and e.error_rate <= limit]
         return healthy or (endpoints if self._fail_open else healthy)
+
+
+_is_healthy = attrgetter("healthy")

@@ -16,6 +16,6 @@ class LeastInflightScorer:
         pass
 
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        loads = [(e.in_flight + 1) / max(e.weight, 1e-9) for e in endpoints]
+        loads = [(e.in_flight + 1) / (e.weight if e.weight > 1e-9 else 1e-9) for e in endpoints]
         lightest = min(loads)
         return [lightest / load for load in loads]

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pydantic import Field
 
@@ -26,6 +26,11 @@ class MemoryHeadroomFilter:
         self._kv = p.max_kv_cache_usage
         self._mem = p.max_memory_usage
         self._fail_open = p.fail_open
+
+    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool]:
+        kv, mem = self._kv, self._mem
+        return lambda e: ((e.kv_cache_usage is None or e.kv_cache_usage < kv)
+                          and (e.memory_usage is None or e.memory_usage < mem))
 
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random

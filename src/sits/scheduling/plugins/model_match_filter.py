@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sits.scheduling.params import NoParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -15,6 +15,10 @@ class ModelMatchFilter:
 
     def __init__(self, params: NoParams | None = None) -> None:
         pass
+
+    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool]:
+        model = request.model
+        return lambda e: e.model == model
 
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random

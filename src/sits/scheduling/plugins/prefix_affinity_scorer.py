@@ -4,6 +4,7 @@ import hashlib
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
+from operator import attrgetter
 
 from pydantic import Field
 
@@ -11,8 +12,12 @@ from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 _MASK = (1 << 64) - 1
+_WRAP = 1 << 64
+_ID = attrgetter("id")
 # Ring points cached over all distinct endpoint sets (one per model pool, more on health flips).
 _MAX_CACHED_POINTS = 1 << 21
+_MAX_CACHED_IDS = 1 << 16
+_MAX_SEEN_ONCE = 4096
 
 
 class PrefixAffinityScorerParams(PluginParams):
@@ -28,6 +33,9 @@ class PrefixAffinityScorer:
     point on a ring of endpoints; walking clockwise, the first endpoint under the load bound
     wins. A hot prefix overflows to the ring's next endpoints instead of swamping one, and
     an endpoint leaving the set moves only its own prefixes.
+
+    A set of endpoints gets its ring (cached) the second time it is seen; the first time, the
+    same owner is found endpoint by endpoint, so random samples of a large pool build no rings.
     """
 
     name = "prefix-affinity-scorer"
@@ -40,6 +48,8 @@ class PrefixAffinityScorer:
         # A cache of a pure function of the endpoint ids: it never changes an outcome.
         self._rings: dict[tuple[str, ...], tuple[list[int], list[int]]] = {}
         self._cached_points = 0
+        self._points: dict[str, list[int]] = {}  # each endpoint's sorted ring points
+        self._seen_once: dict[tuple[str, ...], None] = {}  # endpoint sets met once, not yet worth a ring
 
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         n = len(endpoints)
@@ -47,10 +57,23 @@ class PrefixAffinityScorer:
         key = request.prefix_hash
         if key is None or n == 0:
             return scores
-        points, owners = self._ring(tuple(e.id for e in endpoints))
+        key &= _MASK
+        ids = tuple(map(_ID, endpoints))
         loads = [e.in_flight for e in endpoints]
         bound = math.ceil(self._c * (sum(loads) + 1) / n)
-        start = bisect_left(points, key & _MASK)
+        ring = self._rings.get(ids)
+        if ring is None and ids not in self._seen_once:
+            # A set seen for the first time (a random sample of a large pool is seen only once):
+            # the same owner as the ring walk, found endpoint by endpoint, and no ring is built.
+            self._seen_once[ids] = None
+            if len(self._seen_once) > _MAX_SEEN_ONCE:
+                self._seen_once.clear()
+            owner = self._nearest_under_bound(key, ids, loads, bound)
+            if owner >= 0:
+                scores[owner] = 1.0
+            return scores
+        points, owners = ring if ring is not None else self._ring(ids)
+        start = bisect_left(points, key)
         size = len(points)
         for k in range(size):
             owner = owners[(start + k) % size]
@@ -59,19 +82,50 @@ class PrefixAffinityScorer:
                 break
         return scores
 
+    def pinned(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> tuple[int, ...]:
+        """The prefix's owner on the whole pool's ring: a sampled decision must see it (candidate_sample.py)."""
+        key = request.prefix_hash
+        if key is None or not endpoints:
+            return ()
+        points, owners = self._ring(tuple(map(_ID, endpoints)))
+        return (owners[bisect_left(points, key & _MASK) % len(points)],)
+
+    def _nearest_under_bound(self, key: int, ids: tuple[str, ...], loads: list[int], bound: int) -> int:
+        """The ring walk's answer without the ring: among endpoints under the bound, the one whose
+        first point clockwise from `key` is nearest (ties to the lower index, as in the ring)."""
+        best, best_distance = -1, _WRAP
+        for i, eid in enumerate(ids):
+            if loads[i] + 1 > bound:
+                continue
+            pts = self._points_of(eid)
+            j = bisect_left(pts, key)
+            distance = pts[j] - key if j < len(pts) else pts[0] + _WRAP - key
+            if distance < best_distance:
+                best, best_distance = i, distance
+        return best
+
+    def _points_of(self, eid: str) -> list[int]:
+        pts = self._points.get(eid)
+        if pts is None:
+            if len(self._points) >= _MAX_CACHED_IDS:
+                self._points.clear()
+            pts = self._points[eid] = sorted(_point(f"{eid}#{v}") for v in range(self._vnodes))
+        return pts
+
     def _ring(self, ids: tuple[str, ...]) -> tuple[list[int], list[int]]:
         ring = self._rings.get(ids)
         if ring is None:
-            pairs = sorted(
-                (int.from_bytes(hashlib.blake2b(f"{eid}#{v}".encode(), digest_size=8).digest(), "big"), i)
-                for i, eid in enumerate(ids) for v in range(self._vnodes)
-            )
+            pairs = sorted((p, i) for i, eid in enumerate(ids) for p in self._points_of(eid))
             ring = ([p for p, _ in pairs], [i for _, i in pairs])
             while self._rings and self._cached_points + len(pairs) > _MAX_CACHED_POINTS:
                 self._cached_points -= len(self._rings.pop(next(iter(self._rings)))[0])  # oldest first
             self._rings[ids] = ring
             self._cached_points += len(pairs)
         return ring
+
+
+def _point(label: str) -> int:
+    return int.from_bytes(hashlib.blake2b(label.encode(), digest_size=8).digest(), "big")
 
 
 def prefix_hash(text: str, chars: int = 512) -> int | None:

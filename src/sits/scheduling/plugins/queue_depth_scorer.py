@@ -21,6 +21,7 @@ class QueueDepthScorer:
 
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         # per unit of weight: an operator's weight states relative capacity (a 4-weight H100 drains 4x faster)
-        depths = [(e.in_flight + e.queue_depth + 1) / max(e.weight, 1e-9) for e in endpoints]
+        # (a conditional, not max(): a builtin call per endpoint costs more than the division)
+        depths = [(e.in_flight + e.queue_depth + 1) / (e.weight if e.weight > 1e-9 else 1e-9) for e in endpoints]
         shortest = min(depths)
         return [shortest / d for d in depths]

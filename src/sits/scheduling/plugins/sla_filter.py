@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pydantic import Field
 
@@ -28,14 +28,23 @@ class SlaFilter:
         self._default_ms = p.default_sla_ms
         self._fail_open = p.fail_open
 
+    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool]:
+        request_ms = request.sla_ms
+        if request_ms:
+            return lambda e: e.latency_p95_s * 1000.0 <= request_ms
+        default_ms = self._default_ms
+        if default_ms:
+            return lambda e: e.latency_p95_s * 1000.0 <= (e.sla_ms or default_ms)
+        return lambda e: not e.sla_ms or e.latency_p95_s * 1000.0 <= e.sla_ms
+
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:
         request_ms = request.sla_ms
         default_ms = self._default_ms
-        kept = []
-        for e in endpoints:
-            bound = request_ms or e.sla_ms or default_ms
-            if bound is None or e.latency_p95_s * 1000.0 <= bound:
-                kept.append(e)
+        if request_ms:
+            kept = [e for e in endpoints if e.latency_p95_s * 1000.0 <= request_ms]
+        else:
+            kept = [e for e in endpoints
+                    if (bound := e.sla_ms or default_ms) is None or e.latency_p95_s * 1000.0 <= bound]
         return kept or (endpoints if self._fail_open else kept)

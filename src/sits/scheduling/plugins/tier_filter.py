@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -19,6 +19,12 @@ class TierFilter:
 
     def __init__(self, params: TierFilterParams | None = None) -> None:
         self._fail_open = (params or TierFilterParams()).fail_open
+
+    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool] | None:
+        tier = request.tier
+        if tier is None:
+            return None  # a request without a tier keeps all
+        return lambda e: e.tier == tier
 
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
