@@ -78,8 +78,15 @@ class AliasSwitchboard:
         return replace(table, aliases=MappingProxyType(aliases), splits=MappingProxyType(splits))
 
     def switch(self, served: RoutingTable, alias: str, to: str, canary_weight: float | None) -> AliasRoute:
-        """Point `alias` at model `to` on every replica (`canary_weight`: only that share of new requests).
-        Validated whole before anything changes; the caller persists, then acknowledges."""
+        """Plan and commit a switch at once (no persistence step in between)."""
+        route, delta = self.plan_switch(served, alias, to, canary_weight)
+        self._replica.commit(delta)
+        return route
+
+    def plan_switch(self, served: RoutingTable, alias: str, to: str,
+                    canary_weight: float | None) -> tuple[AliasRoute, ClusterDoc]:
+        """Point `alias` at model `to` on every replica (`canary_weight`: only that share of new requests):
+        validated whole, stamped, returned as a delta for the caller to persist and then commit."""
         if alias in served.models:
             raise Conflict(f"'{alias}' is a model, not an alias; pick another alias name", param="alias")
         if to not in served.models:
@@ -94,8 +101,7 @@ class AliasSwitchboard:
                 f"'canary_weight': alias '{alias}' has no current model for the other {1 - weight:.0%} of requests",
                 param="canary_weight")
         route = AliasRoute(to, previous, weight, (current.epoch if current is not None else 0) + 1)
-        self._replica.commit(ClusterDoc(aliases=LWWMap[AliasRoute]().put(alias, route, self._replica.stamp())))
-        return route
+        return route, ClusterDoc(aliases=LWWMap[AliasRoute]().put(alias, route, self._replica.stamp()))
 
     def progress(self, served: RoutingTable, stats: StatsStore) -> dict[str, AliasProgress]:
         """This replica's progress through each replicated switch, for its status entry: it routes by

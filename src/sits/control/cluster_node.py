@@ -23,6 +23,7 @@ from sits.control.circuit_replication import CircuitReplication
 from sits.control.cluster_config import ClusterConfig
 from sits.control.registry import Registry
 from sits.control.registry_replication import RegistryReplication
+from sits.errors import SitsError
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.crdt.gcounter import GCounter
 from sits.state.crdt.hlc import HybridClock
@@ -58,6 +59,7 @@ class ClusterNode:
         self._served: RoutingTable | None = None
         self._snapshot = SnapshotFile(data_dir / "cluster" / f"{_file_safe(replica_id)}.json") if config.persist else None
         self._saved_hash: str | None = None  # state hash of the document last persisted
+        self._save_lock = asyncio.Lock()  # one writer of the snapshot file at a time
         self._served_total = 0  # requests counted into the G-Counter so far
         self._heartbeat: asyncio.Task[None] | None = None
         self.redis: redis_transport.RedisTransport | None = None
@@ -128,25 +130,37 @@ class ClusterNode:
             await transport.stop()
         if self.registry is not None:
             await self.registry.settle()
-        await self.save(always=True)
+        try:
+            await self.save(always=True)
+        except OSError as exc:  # shutdown goes on; the peers still hold the state
+            log.warning("cluster: cannot persist the document at shutdown: %s", exc)
 
     async def save(self, always: bool = False) -> None:
         """Persist the document (atomic, fsynced) if what replicas agree on changed since the last save;
         statuses and counters alone ride along with the next such save (or the one at shutdown)."""
-        doc = self.replica.doc
-        digest = doc.state_hash()
-        if self._snapshot is None or (digest == self._saved_hash and not always):
-            return
-        await asyncio.to_thread(self._snapshot.save, doc, self.replica.id)
-        self._saved_hash = digest
+        async with self._save_lock:
+            doc = self.replica.doc
+            digest = doc.state_hash()
+            if self._snapshot is None or (digest == self._saved_hash and not always):
+                return
+            await asyncio.to_thread(self._snapshot.save, doc, self.replica.id)
+            self._saved_hash = digest
 
     # -- operations ----------------------------------------------------------------------
 
     async def switch(self, alias: str, to: str, canary_weight: float | None) -> AliasView:
         """Switch an alias cluster-wide; returns once the switch is durable on this replica."""
         assert self._served is not None, "cluster node not started"
-        self.aliases.switch(self._served, alias, to, canary_weight)
-        await self.save()
+        _, delta = self.aliases.plan_switch(self._served, alias, to, canary_weight)
+        async with self._save_lock:  # durable first: a failed write leaves nothing applied
+            if self._snapshot is not None:
+                doc = self.replica.doc.merge(delta)
+                try:
+                    await asyncio.to_thread(self._snapshot.save, doc, self.replica.id)
+                except OSError as exc:
+                    raise SitsError(f"the switch was not applied: cannot persist it ({exc})") from None
+                self._saved_hash = doc.state_hash()
+            self.replica.commit(delta)
         return next(v for v in self.alias_views() if v.alias == alias)
 
     def alias_views(self) -> list[AliasView]:
