@@ -14,7 +14,8 @@ from pathlib import Path
 
 from sits.errors import ConfigError
 
-EMBEDDER_HELP = "minilm, e5, charngram, or several joined by + (default: the config's, e5)"
+EMBEDDER_HELP = "minilm, e5, charngram, several joined by +, or cascade (default: the config's)"
+MARGIN_HELP = "with --embedder cascade: escalate when the fast head's margin is below this"
 
 
 def add_intent_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,6 +27,7 @@ def add_intent_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     classify.add_argument("--file", type=Path, help="JSONL file; every row's 'prompt' is classified")
     classify.add_argument("--domains", type=Path, help="domains YAML (default: the packaged defaults)")
     classify.add_argument("--embedder", help=EMBEDDER_HELP)
+    classify.add_argument("--min-margin", type=float, help=MARGIN_HELP)
     classify.add_argument("--json", action="store_true", help="one {label, confidence} object per prompt")
     classify.set_defaults(run=_intent_classify)
 
@@ -34,7 +36,8 @@ def add_intent_commands(subparsers: argparse._SubParsersAction) -> None:  # type
                                                "(default: the packaged default domains)")
     ev.add_argument("--test", type=Path, required=True, help="JSONL rows {prompt, label}")
     ev.add_argument("--embedder", help=EMBEDDER_HELP)
-    ev.add_argument("--json", action="store_true", help="print {accuracy, macro_f1, per_label}")
+    ev.add_argument("--min-margin", type=float, help=MARGIN_HELP)
+    ev.add_argument("--json", action="store_true", help="print {accuracy, macro_f1, per_label, escalated?}")
     ev.set_defaults(run=_intent_eval)
 
 
@@ -89,7 +92,7 @@ def _read_rows(path: Path, need: tuple[str, ...]) -> list[dict[str, object]]:
     return rows
 
 
-def _config(embedder: str | None, domains: Path | None = None):  # -> UnderstandingConfig
+def _config(embedder: str | None, domains: Path | None = None, min_margin: float | None = None):
     from sits.understanding.settings import UnderstandingConfig
 
     data: dict[str, object] = {}
@@ -97,6 +100,8 @@ def _config(embedder: str | None, domains: Path | None = None):  # -> Understand
         data["embedder"] = embedder
     if domains:
         data["domains_file"] = str(domains)
+    if min_margin is not None:
+        data["cascade"] = {"min_margin": min_margin}
     try:
         return UnderstandingConfig.model_validate(data)
     except ValueError as exc:
@@ -109,7 +114,7 @@ def _intent_classify(args: argparse.Namespace) -> int:
     if (args.text is None) == (args.file is None):
         raise ConfigError("give either TEXT or --file")
     texts = [str(r["prompt"]) for r in _read_rows(args.file, ("prompt",))] if args.file else [args.text]
-    parts = build_intent_parts(_config(args.embedder, args.domains), cache_dir=_cache_dir())
+    parts = build_intent_parts(_config(args.embedder, args.domains, args.min_margin), cache_dir=_cache_dir())
     for text, guess in zip(texts, parts.classify_offline(texts, cache_dir=None)):
         if args.json:
             print(json.dumps({"label": guess.label, "confidence": round(guess.confidence, 4)}))
@@ -128,13 +133,21 @@ def _intent_eval(args: argparse.Namespace) -> int:
     if args.train:
         train = _read_rows(args.train, ("prompt", "label"))
         domains = domains_from_examples([(str(r["prompt"]), str(r["label"])) for r in train])
-    parts = build_intent_parts(_config(args.embedder), domains, cache_dir=_cache_dir())
+    parts = build_intent_parts(_config(args.embedder, None, args.min_margin), domains, cache_dir=_cache_dir())
     guesses = parts.classify_offline([str(r["prompt"]) for r in test], cache_dir=_cache_dir())
     report = score_predictions([str(r["label"]) for r in test], [g.label for g in guesses])
+    out = report.as_json()
+    cascade = parts.cascade
+    escalated = sum(1 for g in guesses if cascade is not None and g.source == cascade.source(True))
+    if cascade is not None:
+        out["escalated"] = {"prompts": escalated, "share": escalated / len(test), "min_margin": cascade.min_margin}
     if args.json:
-        print(json.dumps(report.as_json()))
+        print(json.dumps(out))
         return 0
     print(f"accuracy  {report.accuracy:.4f}   macro-F1  {report.macro_f1:.4f}   ({len(test)} prompts)")
+    if cascade is not None:
+        print(f"escalated {escalated} of {len(test)} prompts ({escalated / len(test):.1%}) "
+              f"to {cascade.accurate.embedder_name} (min margin {cascade.min_margin})")
     print(f"{'label':<30}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>9}")
     for label, s in report.per_label.items():
         print(f"{label:<30}{s.precision:>10.3f}{s.recall:>10.3f}{s.f1:>10.3f}{s.support:>9}")

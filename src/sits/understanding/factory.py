@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sits.understanding.cascade import CascadeStages, IntentCascade
 from sits.understanding.domains import Domain, load_domains
 from sits.understanding.embedders import Embedder, make_embedder
 from sits.understanding.embedding_cache import cached_embed
@@ -28,6 +29,7 @@ class IntentParts:
     rules: RulesStage
     classifier: IntentClassifier | None
     embedder: Embedder | None
+    cascade: CascadeStages | None = None  # with `embedder: cascade`, instead of classifier/embedder
 
     def classify_offline(self, texts: Sequence[str], cache_dir: Path | None = None) -> list[IntentGuess]:
         """The gateway's decision (rules, then classifier) for many texts at once, with no deadline.
@@ -37,7 +39,10 @@ class IntentParts:
         """
         guesses: list[IntentGuess | None] = [self.rules.match(t) for t in texts]
         todo = [i for i, g in enumerate(guesses) if g is None and texts[i].strip()]
-        if todo and self.classifier is not None and self.embedder is not None:
+        if todo and self.cascade is not None:
+            for i, g in zip(todo, self.cascade.classify_offline([texts[i] for i in todo], cache_dir)):
+                guesses[i] = g
+        elif todo and self.classifier is not None and self.embedder is not None:
             vectors = cached_embed(self.embedder, [texts[i] for i in todo], cache_dir)
             for i, g in zip(todo, self.classifier.classify_vectors(vectors)):
                 guesses[i] = g
@@ -53,6 +58,12 @@ def build_intent_parts(
     rules = RulesStage(domains, fallback_label=fallback)
     if not config.enabled:
         return IntentParts(rules, None, None)
+    if config.embedder == "cascade":
+        c = config.cascade
+        fast, accurate = make_embedder(c.fast), make_embedder(c.accurate)
+        stages = CascadeStages(build_intent_classifier(domains, fast, cache_dir), fast,
+                               build_intent_classifier(domains, accurate, cache_dir), accurate, c.min_margin)
+        return IntentParts(rules, None, None, stages)
     embedder = make_embedder(config.embedder)
     return IntentParts(rules, build_intent_classifier(domains, embedder, cache_dir), embedder)
 
@@ -66,16 +77,25 @@ def build_understander(
     tiers = DualFactorTierHandler(config.tier.to_params())
     if timeout_s is not None and timeout_s < 0:
         timeout_s = config.classify_timeout_ms / 1000
-    if parts.classifier is None or parts.embedder is None:
+    if parts.cascade is None and (parts.classifier is None or parts.embedder is None):
         return RequestUnderstander(parts.rules, tiers, config.to_routes(), timeout_s=timeout_s)
-    batcher = MicroBatcher(parts.embedder.embed, max_batch=config.micro_batch,
-                           max_wait_s=config.batch_wait_ms / 1000)
+
+    def batcher_for(embedder: Embedder) -> MicroBatcher:
+        return MicroBatcher(embedder.embed, max_batch=config.micro_batch, max_wait_s=config.batch_wait_ms / 1000)
+
+    loaded = [parts.cascade.fast_embedder, parts.cascade.accurate_embedder] if parts.cascade else [parts.embedder]
     routing, router_batcher = None, None
     if config.quality_router is not None:
         qr = config.quality_router
         routing = QualityRouting(load_router(Path(qr.path)), qr.cost_weight, qr.quality_target)
         # The router may be trained on another embedder than the intent classifier's.
-        embed = parts.embedder.embed if routing.embedder == parts.embedder.name else make_embedder(routing.embedder).embed
-        router_batcher = MicroBatcher(embed, max_batch=config.micro_batch, max_wait_s=config.batch_wait_ms / 1000)
-    return RequestUnderstander(parts.rules, tiers, config.to_routes(), parts.classifier, batcher, timeout_s=timeout_s,
-                               quality_routing=routing, router_batcher=router_batcher)
+        same = [e for e in loaded if e is not None and e.name == routing.embedder]
+        router_batcher = batcher_for(same[0] if same else make_embedder(routing.embedder))
+    if parts.cascade is not None:
+        cascade = IntentCascade(parts.cascade, batcher_for(parts.cascade.fast_embedder),
+                                batcher_for(parts.cascade.accurate_embedder), config.cascade.cache_entries)
+        return RequestUnderstander(parts.rules, tiers, config.to_routes(), timeout_s=timeout_s, cascade=cascade,
+                                   quality_routing=routing, router_batcher=router_batcher)
+    assert parts.classifier is not None and parts.embedder is not None
+    return RequestUnderstander(parts.rules, tiers, config.to_routes(), parts.classifier, batcher_for(parts.embedder),
+                               timeout_s=timeout_s, quality_routing=routing, router_batcher=router_batcher)

@@ -38,6 +38,14 @@ class IntentClassifier:
         best = probs.argmax(axis=1)
         return [IntentGuess(self.head.labels[i], float(probs[r, i]), "embedding") for r, i in enumerate(best)]
 
+    def classify_with_margins(self, vectors: np.ndarray) -> list[tuple[IntentGuess, float]]:
+        """Each guess with its margin: top probability minus the runner-up's (how sure the head is)."""
+        probs = self.head.probabilities(np.atleast_2d(vectors))
+        top2 = np.sort(probs, axis=1)[:, -2:]
+        best = probs.argmax(axis=1)
+        return [(IntentGuess(self.head.labels[i], float(probs[r, i]), "embedding"), float(top2[r, 1] - top2[r, 0]))
+                for r, i in enumerate(best)]
+
 
 def build_intent_classifier(
     domains: Sequence[Domain], embedder: Embedder, cache_dir: Path | None = None,

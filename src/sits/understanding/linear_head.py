@@ -26,7 +26,7 @@ def fit_linear_head(
     temperature: float = 1.0,
 ) -> LinearHead:
     labels = tuple(sorted(set(y)))
-    index = {l: i for i, l in enumerate(labels)}
+    index = {label: i for i, label in enumerate(labels)}
     n, d = x.shape
     k = len(labels)
     onehot = np.zeros((n, k), dtype=np.float64)

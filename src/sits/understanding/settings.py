@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from sits.understanding.intent_routes import IntentRoute, IntentRoutes
 from sits.understanding.tier_selection import TierParams
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
-EmbedderName = Literal["minilm", "e5", "charngram", "minilm+charngram", "e5+charngram", "minilm+e5", "minilm+e5+charngram"]
+EmbedderName = Literal["minilm", "e5", "charngram", "minilm+charngram", "e5+charngram", "minilm+e5", "minilm+e5+charngram",
+                       "cascade"]
+StageEmbedder = Literal["minilm", "e5", "charngram"]
 
 
 class _Strict(BaseModel):
@@ -61,6 +63,27 @@ class QualityRouterConfig(_Strict):
     quality_target: Unit | None = None  # if set: the cheapest model predicted to reach it
 
 
+CASCADE_MIN_MARGIN = 0.5  # measured: docs/understanding.md, "The cascade"
+
+
+class CascadeConfig(_Strict):
+    """`embedder: cascade`: the fast head decides unless its margin is below `min_margin`."""
+
+    fast: StageEmbedder = "charngram"
+    accurate: StageEmbedder = "e5"
+    # Escalate when the fast head's top probability minus the runner-up's is below this.
+    # Chosen by cross-validation on training data only (docs/understanding.md).
+    min_margin: Unit = CASCADE_MIN_MARGIN
+    # Accurate-stage vectors of this many recent prompts are kept, so repeats skip the slow model.
+    cache_entries: Annotated[int, Field(ge=0, le=1_000_000)] = 1024
+
+    @model_validator(mode="after")
+    def _two_models(self) -> CascadeConfig:
+        if self.fast == self.accurate:
+            raise ValueError("'fast' and 'accurate' must be different embedders")
+        return self
+
+
 class UnderstandingConfig(_Strict):
     enabled: bool = True
     domains_file: str | None = None  # None: the packaged default domains
@@ -70,9 +93,19 @@ class UnderstandingConfig(_Strict):
     classify_timeout_ms: Annotated[float, Field(gt=0)] = 50.0
     micro_batch: Annotated[int, Field(ge=1, le=256)] = 32
     batch_wait_ms: Annotated[float, Field(ge=0)] = 1.0
+    cascade: CascadeConfig = CascadeConfig()  # used when embedder is "cascade"
     tier: TierSelectionConfig = TierSelectionConfig()
     routes: list[IntentRouteConfig] = []
     quality_router: QualityRouterConfig | None = None
+
+    @field_validator("cascade")
+    @classmethod
+    def _cascade_needs_its_embedder(cls, value: CascadeConfig, info: ValidationInfo) -> CascadeConfig:
+        # Only runs when `cascade:` is given: settings that would be silently ignored are an error.
+        embedder = info.data.get("embedder")
+        if embedder is not None and embedder != "cascade":
+            raise ValueError(f"'cascade' is set but 'embedder' is {embedder!r}; use 'embedder: cascade'")
+        return value
 
     def to_routes(self) -> IntentRoutes:
         return IntentRoutes(tuple(IntentRoute(r.intent, r.model, r.workflow, r.min_confidence) for r in self.routes))

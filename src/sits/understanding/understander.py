@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sits.understanding.cascade import IntentCascade
 from sits.understanding.complexity import ComplexityWeights, estimate_complexity
 from sits.understanding.intent_classifier import IntentClassifier
 from sits.understanding.intent_routes import IntentRoute, IntentRoutes
@@ -29,7 +30,9 @@ log = logging.getLogger(__name__)
 class Understanding:
     intent: str
     confidence: float
-    intent_source: str  # "rules", "embedding", "fallback" (classifier timed out or failed), "none"
+    # "rules", "embedding", "embedding:<embedder>" (which cascade stage decided),
+    # "fallback" (classifier timed out or failed), "none"
+    intent_source: str
     complexity: float
     tier: str
     reason: str
@@ -53,9 +56,12 @@ class RequestUnderstander:
         complexity_weights: ComplexityWeights = ComplexityWeights(),
         quality_routing: QualityRouting | None = None,
         router_batcher: MicroBatcher | None = None,
+        cascade: IntentCascade | None = None,
     ) -> None:
         if (classifier is None) != (batcher is None):
             raise ValueError("give both classifier and batcher, or neither")
+        if cascade is not None and classifier is not None:
+            raise ValueError("give a cascade or a classifier, not both")
         if (quality_routing is None) != (router_batcher is None):
             raise ValueError("give both quality_routing and router_batcher, or neither")
         self._rules = rules
@@ -67,7 +73,12 @@ class RequestUnderstander:
         self._weights = complexity_weights
         self._routing = quality_routing
         self._router_batcher = router_batcher
+        self._cascade = cascade
         self.timeouts = 0  # how often the classifier or router missed its deadline; for metrics
+
+    @property
+    def cascade(self) -> IntentCascade | None:
+        return self._cascade
 
     def _batchers(self) -> list[MicroBatcher]:
         return [b for b in (self._batcher, self._router_batcher) if b is not None]
@@ -75,16 +86,24 @@ class RequestUnderstander:
     async def start(self) -> None:
         for b in self._batchers():
             await b.start()
+        if self._cascade is not None:
+            await self._cascade.start()
 
     async def aclose(self) -> None:
         for b in self._batchers():
             await b.aclose()
+        if self._cascade is not None:
+            await self._cascade.aclose()
 
     async def classify(self, prompt: str) -> IntentGuess:
         hit = self._rules.match(prompt)
-        if hit is not None or self._classifier is None or self._batcher is None or not prompt.strip():
+        no_model = self._cascade is None and (self._classifier is None or self._batcher is None)
+        if hit is not None or no_model or not prompt.strip():
             return hit or self._rules.decide(prompt)
         try:
+            if self._cascade is not None:
+                return await self._cascade.classify(prompt, self._timeout_s)
+            assert self._batcher is not None and self._classifier is not None
             vector = await asyncio.wait_for(self._batcher.embed(prompt), self._timeout_s)
         except TimeoutError:
             self.timeouts += 1
