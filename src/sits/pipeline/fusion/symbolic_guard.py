@@ -23,6 +23,7 @@ from sits.pipeline.fusion.source_facts import Cell, SourceFacts
 
 Status = Literal["supported", "derived", "misattributed", "unsupported", "correct", "wrong"]
 PASSING = frozenset({"supported", "derived", "correct"})
+SUBSTANTIVE = frozenset({"number", "currency", "percent", "arithmetic"})  # dates alone say little
 _BOUNDARY = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 
@@ -55,8 +56,11 @@ class Verdict:
 
     @property
     def score(self) -> float | None:
-        """Share of checks passed; None when the draft cites nothing checkable."""
-        return self.passed / self.checked if self.findings else None
+        """Share of checks passed; None when the draft cites no amount, percentage or arithmetic
+        (a draft that only repeats the report's dates has told nothing that could be checked)."""
+        if not any(f.kind in SUBSTANTIVE for f in self.findings):
+            return None
+        return self.passed / self.checked
 
     def mismatches(self) -> list[Finding]:
         return [f for f in self.findings if not f.ok]
