@@ -46,6 +46,7 @@ from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
 from sits.backends.vllm_admin import VllmAdmin
 from sits.control.adapters.registry import AdapterRegistry
+from sits.control.adapters.store import AdapterStore
 from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
 from sits.control.config import GatewayConfig, config_error
@@ -181,7 +182,8 @@ class Gateway:
         )
         # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
         vllm_admin = VllmAdmin(self._pool)
-        self.adapters = AdapterRegistry(self.routing_table, vllm_admin)
+        self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
+        self._adapters_restored: asyncio.Task[object] | None = None
         engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
                                                      self._clock), AdminGuard(settings.secrets.get(control.admin_key_env)))
         self.tokenizers = TokenizerCatalog(settings.data_dir / "tokenizers" / "cache")
@@ -258,6 +260,11 @@ class Gateway:
         if self._tokenizers_loaded is not None:
             await asyncio.shield(self._tokenizers_loaded)
 
+    async def adapters_ready(self) -> None:
+        """Wait until the saved adapter registrations are restored."""
+        if self._adapters_restored is not None:
+            await asyncio.shield(self._adapters_restored)
+
     def _authenticate(self, request: HttpRequest, path: str) -> None:
         if path in DATA_PLANE_PATHS:
             self._client_keys.check(request)
@@ -278,6 +285,8 @@ class Gateway:
         # Tokenizers under <data dir>/tokenizers/ load in the background; until then counts are estimates.
         self._tokenizers_loaded = asyncio.create_task(asyncio.to_thread(
             self.tokenizers.load, discover_sources(self.settings.data_dir / "tokenizers")), name="sits-tokenizers")
+        # Saved adapter registrations come back, and the engines say where they are loaded (background).
+        self._adapters_restored = asyncio.create_task(self.adapters.restore(), name="sits-adapters")
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
         if self._engine_metrics is not None:
             self._engine_metrics.start()
@@ -306,6 +315,8 @@ class Gateway:
         self._tracker.close_idle()
         if self._tokenizers_loaded is not None:
             self._tokenizers_loaded.cancel()  # a load still running finishes in its thread, unused
+        if self._adapters_restored is not None:
+            self._adapters_restored.cancel()
         deadline = time.monotonic() + self.config.server.drain_timeout_s
         while self._tracker.busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -123,3 +123,10 @@ async def test_an_unreachable_engine_is_a_connect_error(admin):
     endpoint = Endpoint("gone", "m", "m", "http", "127.0.0.1", 1, "/v1")
     with pytest.raises(UpstreamConnectError):
         await admin.is_sleeping(endpoint)
+
+
+async def test_served_models_lists_the_base_and_loaded_adapters(vllm, admin):
+    endpoint = endpoint_of(vllm)
+    assert await admin.served_models(endpoint) == {"HuggingFaceTB/SmolLM2-135M-Instruct"}
+    await admin.load_lora_adapter(endpoint, "sql", "/adapters/sql")
+    assert await admin.served_models(endpoint) == {"HuggingFaceTB/SmolLM2-135M-Instruct", "sql"}

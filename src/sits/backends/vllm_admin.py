@@ -68,6 +68,16 @@ class VllmAdmin:
             raise NotFound(f"{endpoint.id}: {answer.error_message()}", param="name")
         return self._text(endpoint, answer, "unload_lora_adapter")
 
+    async def served_models(self, endpoint: Endpoint) -> frozenset[str]:
+        """The model names the engine serves now: its base model and every LoRA adapter it has loaded
+        (vLLM lists adapters in `/v1/models` with `parent` set to the base)."""
+        answer = await self._call(endpoint, "GET", f"{endpoint.base_path}/models", None)
+        self._text(endpoint, answer, "models")
+        try:
+            return frozenset(str(m["id"]) for m in orjson.loads(answer.body)["data"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise UpstreamProtocolError(f"{endpoint.id}: /models answered {answer.body[:200]!r}") from None
+
     async def sleep(self, endpoint: Endpoint, level: int = 1) -> None:
         if level not in (1, 2):
             raise InvalidRequest("vLLM sleep levels are 1 (offload weights) and 2 (discard weights)", param="level")

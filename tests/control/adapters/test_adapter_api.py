@@ -159,3 +159,31 @@ async def test_engine_failures_are_reported_per_endpoint(gateway, engines, http,
     status, body = await call(http, gateway, "POST", "/v1/adapters/sql/activate")
     assert status == 502 and "loaded nowhere" in body["error"]["message"]
     assert (await call(http, gateway, "GET", "/v1/adapters/sql"))[1]["loaded_on"] == []
+
+
+async def test_registrations_survive_a_restart_and_placement_is_asked_of_the_engines(
+        start_gateway, engines, http, tmp_path, smollm2, smollm2_config):
+    config = {"server": {"drain_timeout_s": 2}, "control": {"health": {"interval_s": 60}},
+              "models": [{"name": "smol", "endpoints": [{"url": f"{e.url}/v1", "upstream_model": SERVED}
+                                                        for e in engines]}]}
+    data_dir = tmp_path / "data"
+    first = await start_gateway(config, secrets={"SITS_ADMIN_KEY": "admin-key"}, data_dir=data_dir)
+    await first.adapters_ready()
+    adapter = write_lora(tmp_path / "sql", smollm2)
+    await call(http, first, "POST", "/v1/adapters", registration(adapter, smollm2_config))
+    holder = first.routing_table().models["smol"].endpoints[0].id
+    await call(http, first, "POST", "/v1/adapters/sql/activate", {"endpoints": [holder]})
+    await first.stop()
+
+    second = await start_gateway(config, secrets={"SITS_ADMIN_KEY": "admin-key"}, data_dir=data_dir)
+    await second.adapters_ready()
+    status, body = await call(http, second, "GET", "/v1/adapters/sql")
+    assert status == 200 and body["valid"] and body["loaded_on"] == [holder]  # from vLLM's /v1/models
+    async with sdk(second) as client:
+        answer = await client.chat.completions.create(model="smol:sql", messages=[{"role": "user", "content": "q"}])
+    assert answer.choices[0].message.content == "served by sql"
+    # a later adapter of the same base needs no base declaration: it was saved with the first
+    other = write_lora(tmp_path / "chat", smollm2)
+    status, body = await call(http, second, "POST", "/v1/adapters",
+                              {"name": "chat", "path": str(other), "base_model": "smol"})
+    assert status == 201 and body["valid"]

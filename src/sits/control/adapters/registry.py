@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,17 +20,20 @@ from sits.control.adapters.base_model import BaseModelSpec, load_base_spec
 from sits.control.adapters.contract import EngineLimits, Violation, check_contract
 from sits.control.adapters.peft_files import AdapterFileError, read_adapter
 from sits.control.adapters.schemas import AdapterRegistration, BaseModelDeclaration
+from sits.control.adapters.store import AdapterStore
 from sits.errors import (
     Conflict,
     InvalidRequest,
     ModelNotFound,
     NotFound,
+    SitsError,
     UnprocessableRequest,
     UpstreamError,
 )
 from sits.state.routing_table import ModelEntry, RoutingTable
 
 SEPARATOR = ":"
+log = logging.getLogger("sits.adapters")
 _MAX_CACHED_VARIANTS = 512
 
 
@@ -69,9 +73,10 @@ class _Base:
 
 
 class AdapterRegistry:
-    def __init__(self, table: Callable[[], RoutingTable], admin: VllmAdmin) -> None:
+    def __init__(self, table: Callable[[], RoutingTable], admin: VllmAdmin, store: AdapterStore | None = None) -> None:
         self._table = table
         self._admin = admin
+        self._store = store
         self._records: dict[str, AdapterRecord] = {}
         self._bases: dict[str, _Base] = {}
         self._registrations: dict[str, AdapterRegistration] = {}
@@ -91,9 +96,41 @@ class AdapterRegistry:
                                "deactivate it before registering it again", param="name")
             base = await self._base(reg)
             record = await asyncio.to_thread(_checked, reg, base)
-            self._registrations[reg.name] = reg
+            self._registrations[reg.name] = reg.model_copy(update={"base": base.declaration})  # self-contained
             self._set(record)
+            await self._save()
             return record
+
+    async def restore(self) -> list[AdapterRecord]:
+        """At startup: the saved registrations, checked again, then where the engines have them loaded."""
+        if self._store is None:
+            return []
+        restored = []
+        for reg in await asyncio.to_thread(self._store.load):
+            try:
+                restored.append(await self.register(reg))
+            except (SitsError, OSError) as exc:
+                log.warning("adapter %s not restored: %s", reg.name, getattr(exc, "message", exc))
+        await self.rediscover()
+        return [self._records[r.name] for r in restored]
+
+    async def rediscover(self) -> None:
+        """Ask every base endpoint which adapters it serves (`/v1/models`) and record where each is loaded."""
+        async with self._lock:
+            served: dict[str, frozenset[str]] = {}
+            for record in list(self._records.values()):
+                entry = self._table().models.get(record.base_model)
+                loaded = set()
+                for endpoint in entry.endpoints if entry is not None else ():
+                    if endpoint.id not in served:
+                        try:
+                            served[endpoint.id] = await self._admin.served_models(endpoint)
+                        except SitsError as exc:
+                            log.info("adapters on %s unknown: %s", endpoint.id, exc.message)
+                            served[endpoint.id] = frozenset()
+                    if record.name in served[endpoint.id]:
+                        loaded.add(endpoint.id)
+                self._set(dataclasses.replace(record, loaded_on=frozenset(loaded)))
 
     async def validate(self, name: str) -> AdapterRecord:
         """Check the files again (they may have changed on disk); keeps where it is loaded."""
@@ -169,6 +206,7 @@ class AdapterRegistry:
             del self._records[name]
             del self._registrations[name]
             self._variants.clear()
+            await self._save()
 
     def get(self, name: str) -> AdapterRecord:
         record = self._records.get(name)
@@ -218,6 +256,11 @@ class AdapterRegistry:
             base, fallbacks=(), cache=False,
             endpoints=tuple(dataclasses.replace(e, upstream_model=record.name) for e in endpoints),
         )
+
+    async def _save(self) -> None:
+        if self._store is not None:
+            registrations = [self._registrations[n] for n in sorted(self._registrations)]
+            await asyncio.to_thread(self._store.save, registrations)
 
     def _set(self, record: AdapterRecord) -> None:
         self._records[record.name] = record
