@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
-from sits.errors import ModelNotFound, Overloaded, SitsError, UpstreamStatusError, UpstreamTimeout
+from sits.errors import ContextTooLong, ModelNotFound, Overloaded, SitsError, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.canned_answer import CannedAnswer
@@ -24,6 +24,7 @@ from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.fusion.result import WorkflowResult
 from sits.pipeline.fusion.runner import WorkflowRunner
+from sits.scheduling.framework import Decision
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
 from sits.scheduling.scheduler import Scheduler
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -189,11 +190,9 @@ class Director:
             yield self._plan(bigger, request, now, "larger-context")[0]
 
     def _plan(self, model: ModelEntry, request: RoutingRequest, now: float, kind: PlanKind) -> tuple[Plan, str]:
-        views = self._views(model.endpoints, now)
+        views = self._views(model.endpoints, now, model.context_window)
         if not any(v.healthy for v in views):
             return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
-        if len(views) == 1:  # nothing to rank: the profile would return this one endpoint
-            return Plan(model, model.endpoints, kind), f"profile=none; pick={views[0].id}; reason=only endpoint"
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
                                    prefix_hash=prefix_hash(request.prompt_text))
         if self._hints is not None:
@@ -202,7 +201,8 @@ class Director:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
         by_id = {e.id: e for e in model.endpoints}
-        return Plan(model, tuple(by_id[v.id] for v in decision.candidates), kind), decision.route_header()
+        return (Plan(model, tuple(by_id[v.id] for v in decision.candidates), kind, _rejection(model, wanted, decision)),
+                decision.route_header())
 
     async def _send(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
         if endpoint.upstream_model != request.model:
@@ -288,7 +288,7 @@ class Director:
         busy = sum(self._stats.get(i).in_flight for i in endpoints)
         return min(1.0, busy / (4.0 * max(1, len(endpoints))))
 
-    def _views(self, endpoints: tuple[Endpoint, ...], now: float) -> list[EndpointView]:
+    def _views(self, endpoints: tuple[Endpoint, ...], now: float, context_window: int | None) -> list[EndpointView]:
         views = []
         available = self._health.available
         allows = self._breakers.allows
@@ -303,7 +303,7 @@ class Director:
                 s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
                 queue_depth=(engine.waiting or 0) if engine else 0,
                 kv_cache_usage=engine.kv_cache_usage if engine else None,
-                dynamic_weight=s.dynamic_weight,
+                dynamic_weight=s.dynamic_weight, context_window=context_window,
             ))
         return views
 
@@ -319,6 +319,16 @@ def _decision_reason(route: str, why: str) -> str:
     if route.startswith("profile=none; pick=none"):
         return "no-endpoint-ready"
     return "only-endpoint" if route.endswith("reason=only endpoint") else "scheduled"
+
+
+def _rejection(model: ModelEntry, wanted: SchedulingRequest, decision: Decision) -> SitsError | None:
+    """A decision with no candidate because the prompt exceeds the model's window is the client's
+    context error (the chain then tries larger-context models), whatever the number of endpoints."""
+    if decision.rejected_by != "context-window-filter":
+        return None
+    return ContextTooLong(f"This model's maximum context length is {model.context_window} tokens; the messages "
+                          f"need about {wanted.prompt_tokens_estimate + wanted.max_tokens} tokens. Please reduce "
+                          "the length of the messages.", param="messages")
 
 
 def _with_model(body: bytes, model: str) -> bytes:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sits.errors import SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError, UpstreamTimeout
+from sits.errors import ContextTooLong, SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.state.circuit_breaker import CircuitBreakers
@@ -36,6 +36,9 @@ class Plan:
     model: ModelEntry
     endpoints: tuple[Endpoint, ...]  # best first
     kind: PlanKind
+    # Why scheduling ruled out every endpoint, as the client would see it (ContextTooLong: the prompt
+    # exceeds every window, which moves on to larger-context models like an upstream context error).
+    rejected: SitsError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,10 @@ class FallbackChain:
         for plan in plans:
             asked_for = asked_for or plan.model.name
             if plan.kind == "larger-context" and not context_exceeded:
+                continue
+            if plan.rejected is not None:
+                last, only_unavailable = plan.rejected, False
+                context_exceeded = context_exceeded or isinstance(plan.rejected, ContextTooLong)
                 continue
             siblings = [e.id for e in plan.model.endpoints]
             for endpoint in plan.endpoints:

@@ -83,6 +83,7 @@ class Decision(NamedTuple):
     scores: tuple[ScorerScores, ...] = ()
     totals: Sequence[float] = ()
     shadows: tuple[Decision, ...] = ()  # shadow profiles' decisions: recorded, never used
+    rejected_by: str | None = None  # the filter that left no candidate, if one did
 
     @property
     def pick(self) -> str | None:
@@ -177,7 +178,7 @@ class Profile:
                 return None
             if metrics is not None:
                 metrics.no_candidate(self.name, emptied)
-            return Decision((), self.name, f"no endpoint passed {emptied}")
+            return Decision((), self.name, f"no endpoint passed {emptied}", rejected_by=emptied)
         if metrics is not None:
             metrics.decided(self.name)
         if len(remaining) == 1:

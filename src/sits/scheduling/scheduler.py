@@ -28,12 +28,15 @@ class Scheduler:
         rng: random.Random,
         limit: int = DEFAULT_PICK_LIMIT,
     ) -> Decision:
-        """Pure given (request, endpoints, rng state) and the stateful pickers' own cursors."""
+        """Pure given (request, endpoints, rng state) and the stateful pickers' own cursors.
+
+        Any number of endpoints, one included: the profile's hard filters (context window,
+        capability, tier, ...) decide whether even an only endpoint may serve the request, and
+        a filtered set of one skips scoring (reason "only endpoint")."""
         primary = self.handler.choose(request, rng)
         decision = self.profiles[primary].run(request, endpoints, rng, self.metrics, limit)
         if not self.shadows:
             return decision
         shadows = tuple(self.profiles[s].run(request, endpoints, self.shadow_rng, None, limit)
                         for s in self.shadows if s != primary)
-        return Decision(decision.candidates, decision.profile, decision.reason, decision.scored,
-                        decision.scores, decision.totals, shadows)
+        return decision._replace(shadows=shadows)
