@@ -150,6 +150,13 @@ async def test_cluster_config_is_strict():
         assert fragment in err.value.message
 
 
+async def test_http_peers_need_the_admin_key(upstream, upstream_b, start_gateway):
+    from sits.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cluster.peers"):
+        await start_gateway(versions_config(upstream.url, upstream_b.url, peers=["http://127.0.0.1:9"]))
+
+
 async def test_sits_cluster_status_and_switch_cli(upstream, upstream_b, start_gateway):
     gateway = await start_gateway(versions_config(upstream.url, upstream_b.url), secrets=ADMIN)
 

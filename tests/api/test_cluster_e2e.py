@@ -216,7 +216,7 @@ async def test_partitioned_replicas_serve_locally_and_converge_after_healing(clu
     assert {m for r in cluster.replicas for m in await cluster.chat(r, 5)} == {"chat@v3"}
 
 
-async def test_models_registered_at_runtime_appear_on_every_replica(cluster):
+async def test_registrations_and_open_circuits_reach_every_replica(cluster):
     r1, r2, r3 = cluster.replicas
     v3 = cluster.upstreams["chat@v3"]
     async with cluster.admin.session.post(r1.url + "/v1/models/register", headers=cluster.admin.headers,
@@ -235,7 +235,8 @@ async def test_models_registered_at_runtime_appear_on_every_replica(cluster):
     assert {m for r in cluster.replicas for m in await cluster.chat(r, 3)} == {"v4"}  # the upstream echoes its name
     assert [b["model"] for b in v3.log.requests[before:]] == ["v4"] * 9
 
-    # Removal replicates too; the alias keeps pointing at a model no longer served, so it is not routed.
+    # Removal replicates too. The alias's route names a model no replica serves now: each replica falls
+    # back to the alias's config target rather than failing requests.
     async with cluster.admin.session.delete(r2.url + "/v1/models/chat@v4", headers=cluster.admin.headers) as r:
         assert r.status == 200, await r.text()
 
@@ -243,10 +244,9 @@ async def test_models_registered_at_runtime_appear_on_every_replica(cluster):
         listings = await asyncio.gather(*(cluster.admin.get(r, "/v1/registry") for r in cluster.replicas))
         return all("chat@v4" not in {m["name"] for m in listing["data"]} for listing in listings)
     await eventually(gone, CONVERGE_S, "removal replicated")
+    assert {m for r in cluster.replicas for m in await cluster.chat(r, 2)} == {"chat@v1"}
 
-
-async def test_an_open_circuit_on_one_replica_opens_it_everywhere(cluster):
-    r1, r2, r3 = cluster.replicas
+    # An endpoint's circuit opened by r1's failures opens on r2 and r3 before they send it anything.
     v2 = cluster.upstreams["chat@v2"]
     v2.mode = "error500"
 

@@ -23,7 +23,7 @@ from sits.control.circuit_replication import CircuitReplication
 from sits.control.cluster_config import ClusterConfig
 from sits.control.registry import Registry
 from sits.control.registry_replication import RegistryReplication
-from sits.errors import SitsError
+from sits.errors import ConfigError, SitsError
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.crdt.gcounter import GCounter
 from sits.state.crdt.hlc import HybridClock
@@ -68,6 +68,9 @@ class ClusterNode:
             self.redis = redis_transport.RedisTransport(self.replica, config.redis_url, config.namespace,
                                                         config.anti_entropy_s, config.timeout_s)
         if config.peers:
+            if not admin_token:
+                raise ConfigError("cluster.peers: replicas authenticate to each other with the admin key; "
+                                  "set SITS_ADMIN_KEY (or control.admin_key_env) on every replica")
             self.http = http_peers.HttpPeerTransport(self.replica, config.peers, admin_token, config.anti_entropy_s,
                                                      config.timeout_s)
         self.registry: RegistryReplication | None = None
