@@ -118,8 +118,9 @@ class WorkflowRunner:
         run = _Run(name, spec, request, self._clock(), self._clock)
         messages = chat["messages"]
         rendered, documents = await self._parse(run, messages)
-        source = SourceFacts.build("\n".join([prompts.client_text(messages), *(p for d in documents for p in d.pages)]),
-                                   tuple(t for d in documents for t in d.tables))
+        source = await asyncio.to_thread(  # every quantity of every page: regex work, off the loop
+            SourceFacts.build, "\n".join([prompts.client_text(messages), *(p for d in documents for p in d.pages)]),
+            tuple(t for d in documents for t in d.tables))
         source_text = "\n\n".join([*rendered.values(), prompts.client_text(messages)])
         step = spec.generate
         drafts = await self._generate(run, step, prompts.with_documents(messages, rendered, step.instructions), chat)
@@ -236,7 +237,7 @@ class WorkflowRunner:
         for c in drafts:
             if step.symbolic:
                 t0 = self._clock()
-                verdict = self._guard.check(c.content, source)
+                verdict = await asyncio.to_thread(self._guard.check, c.content, source)  # regex work, off the loop
                 run.steps.append(StepRecord(step.name, "verify", "ok", run.ms_since(t0), model="symbolic-guard",
                                             branch=c.branch, score=verdict.score, detail=verdict.summary()))
                 c = replace(c, verdict=verdict)
