@@ -90,3 +90,27 @@ async def test_a_fallback_to_another_family_gets_the_request_in_its_own_tokens(s
     ratio = qwen.count(prompt) / llama.count(prompt)
     assert sent["max_tokens"] == -(-40 * qwen.count(prompt) // llama.count(prompt)) and ratio != 1.0
     assert upstream.log.requests[-1]["logit_bias"] == {str(yes_llama): 5}  # the first attempt went as sent
+
+
+async def test_the_exact_count_decides_the_context_window(start_gateway, upstream, upstream_b, tmp_path, catalog):
+    data_dir = tmp_path / "data"
+    (data_dir / "tokenizers").mkdir(parents=True)
+    (data_dir / "tokenizers" / "qwen3").symlink_to(TOKENIZERS / "qwen3")  # the family of the model named qwen3
+    config = {"server": {"drain_timeout_s": 2}, "models": [
+        {"name": "qwen3", "context_window": 60, "endpoints": [{"url": f"http://127.0.0.1:{upstream.port}/v1"}]},
+        {"name": "big", "context_window": 100_000, "endpoints": [{"url": f"http://127.0.0.1:{upstream_b.port}/v1"}]},
+    ]}
+    gateway = await start_gateway(config, data_dir=data_dir)
+    await gateway.tokenizers_ready()
+    dense = "上下文窗口的精确计数" * 22  # 220 characters: len/4 says 55 tokens (fits 60), Qwen3 counts far more
+    sparse = "the quick brown fox " * 11  # 220 characters: len/4 says 55 as well, and Qwen3 agrees it fits
+    qwen = catalog.counters["qwen3"]
+    assert qwen.count(dense) > 60 >= qwen.count(sparse) and len(dense) // 4 == len(sparse) // 4 == 55
+    async with sdk(gateway) as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="qwen3", messages=[{"role": "user", "content": dense}])
+        assert raw.headers["x-sits-model"] == "big"  # moved to the larger window without a failed attempt
+        assert upstream.log.requests == [] and len(upstream_b.log.requests) == 1
+        raw = await client.chat.completions.with_raw_response.create(
+            model="qwen3", messages=[{"role": "user", "content": sparse}])
+        assert raw.headers["x-sits-model"] == "qwen3" and len(upstream.log.requests) == 1
