@@ -30,7 +30,7 @@ from sits.errors import (
     UnprocessableRequest,
     UpstreamError,
 )
-from sits.state.routing_table import ModelEntry, RoutingTable
+from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 
 SEPARATOR = ":"
 log = logging.getLogger("sits.adapters")
@@ -276,7 +276,7 @@ class AdapterRegistry:
             raise ModelNotFound(f"base model {record.base_model!r} is no longer served", param="base_model")
         return entry
 
-    def _endpoints(self, record: AdapterRecord, endpoint_ids: list[str] | None) -> list:  # type: ignore[type-arg]
+    def _endpoints(self, record: AdapterRecord, endpoint_ids: list[str] | None) -> list[Endpoint]:
         endpoints = list(self._base_entry(record).endpoints)
         if endpoint_ids is None:
             return endpoints

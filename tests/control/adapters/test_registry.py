@@ -1,0 +1,59 @@
+"""The adapter registry without HTTP: kinds, re-validation, variant entries."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import orjson
+
+from sits.backends.http_client import ConnectionPool
+from sits.backends.vllm_admin import VllmAdmin
+from sits.control.adapters.registry import AdapterRegistry
+from sits.control.adapters.schemas import AdapterRegistration, BaseModelDeclaration
+from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from tests.control.adapters.peft_factory import SMOLLM2_ID, write_ia3, write_lora
+
+TABLE = RoutingTable(MappingProxyType({"smol": ModelEntry("smol", (
+    Endpoint("smol/ep-0", "smol", SMOLLM2_ID, "http", "127.0.0.1", 1, "/v1"),
+    Endpoint("smol/ep-1", "smol", SMOLLM2_ID, "http", "127.0.0.1", 2, "/v1"),
+), fallbacks=("other",), cache=True)}), MappingProxyType({"tiny": "smol"}))
+
+
+def registry() -> AdapterRegistry:
+    return AdapterRegistry(lambda: TABLE, VllmAdmin(ConnectionPool()))
+
+
+def reg(path, smollm2_config, name="a", **extra) -> AdapterRegistration:
+    return AdapterRegistration(name=name, path=str(path), base_model="smol",
+                               base=BaseModelDeclaration(model_id=SMOLLM2_ID, config=str(smollm2_config)), **extra)
+
+
+async def test_the_declared_kind_must_match_the_files(tmp_path, smollm2, smollm2_config):
+    adapters = registry()
+    ia3 = write_ia3(tmp_path / "ia3", smollm2)
+    assert [v.field for v in (await adapters.register(reg(ia3, smollm2_config))).violations] == ["kind"]
+    assert (await adapters.register(reg(ia3, smollm2_config, kind="ia3"))).valid
+
+
+async def test_validate_sees_files_that_changed_on_disk(tmp_path, smollm2, smollm2_config):
+    adapters = registry()
+    path = write_lora(tmp_path / "a", smollm2)
+    assert (await adapters.register(reg(path, smollm2_config))).valid
+    config = orjson.loads((path / "adapter_config.json").read_bytes())
+    (path / "adapter_config.json").write_bytes(orjson.dumps({**config, "r": 64}))
+    record = await adapters.validate("a")
+    assert not record.valid and {v.field for v in record.violations} >= {"r"}
+    assert adapters.resolve(TABLE, "smol:a") is None  # an invalid adapter stops resolving at once
+
+
+async def test_the_variant_entry_serves_the_adapter_on_the_bases_endpoints(tmp_path, smollm2, smollm2_config):
+    adapters = registry()
+    await adapters.register(reg(write_lora(tmp_path / "a", smollm2), smollm2_config))
+    variant = adapters.resolve(TABLE, "smol:a")
+    assert variant is not None and variant.name == "smol"  # same admission gate and stats as the base
+    assert [e.upstream_model for e in variant.endpoints] == ["a", "a"]
+    assert [e.id for e in variant.endpoints] == ["smol/ep-0", "smol/ep-1"]
+    assert variant.fallbacks == () and variant.cache is False  # the base's fallbacks know nothing of the adapter
+    assert adapters.resolve(TABLE, "tiny:a") is not None  # the base may be named by an alias
+    assert adapters.resolve(TABLE, "other:a") is None and adapters.resolve(TABLE, "smol:b") is None
+    assert adapters.loaded_on(variant) == frozenset() and adapters.loaded_on(TABLE.models["smol"]) == frozenset()
