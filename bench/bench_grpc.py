@@ -3,14 +3,17 @@
     python bench/bench_grpc.py              # 5 s per cell, about 90 s; writes bench/results/grpc.json
     python bench/bench_grpc.py --duration 2 # quicker, noisier
 
-Three targets, one upstream (bench/fast_upstream.py):
-  direct     HTTP/1.1 straight to the upstream (the floor)
-  sits-http  POST /v1/chat/completions through `sits serve`
-  sits-grpc  sits.v1.ChatCompletions/Create and /CreateStream through the same `sits serve` process
-Cells: unary and streaming, concurrency 1 and 64, closed loop (bench/grpc_load.py). The gateway runs
-on CPU 0 (taskset), the upstream and this load generator on CPU 1. Per cell: requests/s, latency
+Targets, one upstream (bench/fast_upstream.py):
+  direct      HTTP/1.1 straight to the upstream (the floor)
+  sits-http   POST /v1/chat/completions through `sits serve`
+  sits-grpc   sits.v1.ChatCompletions/Create and /CreateStream through the same `sits serve` process
+  grpc-floor  the same RPCs answered from memory by a bare grpc.aio server (bench/grpc_floor_server.py):
+              what grpc-python itself costs per call, with no SITS and no upstream behind it
+Cells: unary and streaming, concurrency 1 and 64, closed loop (bench/grpc_load.py). The gateway (and
+the floor server) run on CPU 0 (taskset), the upstream and this load generator on CPU 1. Per cell: requests/s, latency
 percentiles (full answer; time to the first event for streams), the latency SITS adds over direct at
-the same concurrency, and the gateway's CPU time per request (independent of how fast the client is).
+the same concurrency, the gateway's CPU time per request (independent of how fast the client is) and
+its threads' context switches per request.
 """
 
 from __future__ import annotations
@@ -65,14 +68,34 @@ def start_sits_with_grpc(procs: ProcessSet, upstream_port: int, cpus: str | None
     return http_port, grpc_port, child
 
 
+def context_switches(pid: int | None) -> int | None:
+    """Voluntary + involuntary context switches of every thread of `pid` so far."""
+    if pid is None:
+        return None
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                total += sum(int(line.split(":")[1]) for line in f if "ctxt_switches" in line)
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return total
+
+
+def start_grpc_floor(procs: ProcessSet, cpus: str | None) -> tuple[int, object]:
+    child = procs.start("grpc-floor", [str(PROJECT_PYTHON), str(BENCH_DIR / "grpc_floor_server.py")], cpus=cpus)
+    return int(wait_for_line(child, "PORT ", timeout_s=30).split()[1]), child
+
+
 async def run_cell(target: str, stream: bool, concurrency: int, duration_s: float, ports: dict[str, int]) -> LoadResult:
-    if target == "sits-grpc":
-        return await run_grpc(ports["grpc"], grpc_request(stream), stream, concurrency, duration_s, MAX_REQUESTS)
+    if target in ("sits-grpc", "grpc-floor"):
+        port = ports["grpc" if target == "sits-grpc" else "grpc-floor"]
+        return await run_grpc(port, grpc_request(stream), stream, concurrency, duration_s, MAX_REQUESTS)
     port = ports["upstream"] if target == "direct" else ports["http"]
     return await run_http(port, body_bytes(stream), stream, concurrency, duration_s, MAX_REQUESTS)
 
 
-def summarize(result: LoadResult, stream: bool, gateway_cpu_s: float | None) -> dict:
+def summarize(result: LoadResult, stream: bool, gateway_cpu_s: float | None, switches: int | None) -> dict:
     def ms(values: list[float], q: float) -> float | None:
         v = percentile(values, q)
         return None if v is None else round(v / 1000, 3)
@@ -87,23 +110,27 @@ def summarize(result: LoadResult, stream: bool, gateway_cpu_s: float | None) -> 
     if gateway_cpu_s is not None and result.ok:
         cell["gateway_cpu_us_per_req"] = round(gateway_cpu_s / result.ok * 1e6, 1)
         cell["gateway_cpu_pct"] = round(gateway_cpu_s / result.duration_s * 100, 1)
+    if switches is not None and result.ok:
+        cell["context_switches_per_req"] = round(switches / result.ok, 2)
     return cell
 
 
-async def bench(args: argparse.Namespace, ports: dict[str, int], gateway_pgid: int) -> list[dict]:
+async def bench(args: argparse.Namespace, ports: dict[str, int], pgids: dict[str, int]) -> list[dict]:
     cells = []
-    targets = ["direct", "sits-http", "sits-grpc"]
+    targets = ["direct", "sits-http", "sits-grpc", "grpc-floor"]
     for stream in (False, True):
         for target in targets:  # warm-up: connections, JIT-free but caches and the allocator settle
             await run_cell(target, stream, 8, args.warmup, ports)
         for concurrency in args.concurrency:
             for target in targets:
-                cpu0 = group_cpu_seconds(gateway_pgid)
+                pgid = pgids.get(target)
+                cpu0, switches0 = group_cpu_seconds(pgid), context_switches(pgid)
                 result = await run_cell(target, stream, concurrency, args.duration, ports)
-                cpu1 = group_cpu_seconds(gateway_pgid)
-                gateway_cpu = None if target == "direct" or cpu0 is None or cpu1 is None else cpu1 - cpu0
+                cpu1, switches1 = group_cpu_seconds(pgid), context_switches(pgid)
+                gateway_cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+                switches = None if switches0 is None or switches1 is None else switches1 - switches0
                 cell = {"target": target, "mode": "stream" if stream else "unary", "concurrency": concurrency,
-                        **summarize(result, stream, gateway_cpu)}
+                        **summarize(result, stream, gateway_cpu, switches)}
                 cells.append(cell)
                 print(f"  {cell['mode']:6} c={concurrency:<3} {target:9} {cell['rps']:>8} req/s  p50 {cell['p50_ms']} ms"
                       f"  errors {cell['errors']}", flush=True)
@@ -116,7 +143,7 @@ def add_overhead(cells: list[dict]) -> None:
     direct = {(c["mode"], c["concurrency"]): c for c in cells if c["target"] == "direct"}
     for cell in cells:
         floor = direct.get((cell["mode"], cell["concurrency"]))
-        if cell["target"] == "direct" or floor is None:
+        if cell["target"] in ("direct", "grpc-floor") or floor is None:
             continue
         for key in ("p50_ms", "p99_ms", "ttft_p50_ms"):
             if cell.get(key) is not None and floor.get(key) is not None:
@@ -125,12 +152,13 @@ def add_overhead(cells: list[dict]) -> None:
 
 def table(cells: list[dict]) -> str:
     head = ("| mode | conc | target | req/s | p50 ms | p99 ms | added p50 ms | TTFT p50 ms | gateway CPU µs/req "
-            "| gateway CPU % | errors |")
-    rows = [head, "|" + "---|" * 11]
+            "| gateway CPU % | ctx switches/req | errors |")
+    rows = [head, "|" + "---|" * 12]
     for c in cells:
         rows.append(f"| {c['mode']} | {c['concurrency']} | {c['target']} | {c['rps']:,.0f} | {c['p50_ms']} | "
                     f"{c['p99_ms']} | {c.get('added_p50_ms', '')} | {c.get('ttft_p50_ms', '')} | "
-                    f"{c.get('gateway_cpu_us_per_req', '')} | {c.get('gateway_cpu_pct', '')} | {c['errors']} |")
+                    f"{c.get('gateway_cpu_us_per_req', '')} | {c.get('gateway_cpu_pct', '')} | "
+                    f"{c.get('context_switches_per_req', '')} | {c['errors']} |")
     return "\n".join(rows)
 
 
@@ -161,10 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upstream = start_upstream(procs, LOAD_CPU if pin else None)
         http_port, grpc_port, gateway = start_sits_with_grpc(procs, upstream.port, GATEWAY_CPU if pin else None)
-        ports = {"upstream": upstream.port, "http": http_port, "grpc": grpc_port}
-        print(f"upstream :{upstream.port}  sits http :{http_port} grpc :{grpc_port}  "
+        floor_port, floor = start_grpc_floor(procs, GATEWAY_CPU if pin else None)
+        ports = {"upstream": upstream.port, "http": http_port, "grpc": grpc_port, "grpc-floor": floor_port}
+        pgids = {"sits-http": gateway.pid, "sits-grpc": gateway.pid, "grpc-floor": floor.pid}  # type: ignore[attr-defined]
+        print(f"upstream :{upstream.port}  sits http :{http_port} grpc :{grpc_port}  floor :{floor_port}  "
               f"({args.duration:g} s per cell)", flush=True)
-        cells = uvloop.run(bench(args, ports, gateway.pid))  # type: ignore[attr-defined]
+        cells = uvloop.run(bench(args, ports, pgids))
     finally:
         procs.stop_all()
     report = {
