@@ -57,3 +57,24 @@ async def test_the_variant_entry_serves_the_adapter_on_the_bases_endpoints(tmp_p
     assert adapters.resolve(TABLE, "tiny:a") is not None  # the base may be named by an alias
     assert adapters.resolve(TABLE, "other:a") is None and adapters.resolve(TABLE, "smol:b") is None
     assert adapters.loaded_on(variant) == frozenset() and adapters.loaded_on(TABLE.models["smol"]) == frozenset()
+
+
+async def test_deactivating_on_an_unknown_endpoint_changes_nothing(tmp_path, smollm2, smollm2_config):
+    import pytest
+
+    from sits.errors import NotFound
+
+    calls = []
+
+    class Recording(VllmAdmin):
+        async def unload_lora_adapter(self, endpoint, name):  # type: ignore[override]
+            calls.append(endpoint.id)
+            return "Success"
+
+    adapters = AdapterRegistry(lambda: TABLE, Recording(ConnectionPool()))
+    await adapters.register(reg(write_lora(tmp_path / "a", smollm2), smollm2_config))
+    with pytest.raises(NotFound) as info:
+        await adapters.deactivate("a", ["smol/ep-0", "smol/ep-9"])
+    assert info.value.param == "endpoints" and calls == []
+    await adapters.deactivate("a", ["smol/ep-0"])
+    assert calls == ["smol/ep-0"]

@@ -180,10 +180,15 @@ class AdapterRegistry:
             loaded = set(record.loaded_on)
             wanted = set(endpoint_ids) if endpoint_ids is not None else set(loaded)
             by_id = {e.id: e for e in self._base_entry(record).endpoints}
+            missing = sorted(wanted - by_id.keys() - loaded)  # checked before any call: nothing half-applied
+            if missing:
+                raise NotFound(f"model {record.base_model!r} has no endpoint {', '.join(missing)}", param="endpoints")
             for endpoint_id in sorted(wanted):
                 endpoint = by_id.get(endpoint_id)
-                if endpoint is None:
-                    raise NotFound(f"model {record.base_model!r} has no endpoint {endpoint_id!r}", param="endpoints")
+                if endpoint is None:  # the endpoint left the table while the adapter was loaded there
+                    outcomes[endpoint_id] = "endpoint removed"
+                    loaded.discard(endpoint_id)
+                    continue
                 try:
                     await self._admin.unload_lora_adapter(endpoint, record.name)
                     outcomes[endpoint_id] = "unloaded"
