@@ -128,6 +128,16 @@ async def test_conflicting_switches_converge_drain_and_retire(cluster):
     stream = await client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "long"}],
                                                   stream=True)
 
+    # Clients keep asking every replica while the switches happen: none of them may fail.
+    stop_load = asyncio.Event()
+
+    async def load(replica: ReplicaProcess) -> int:
+        served = 0
+        while not stop_load.is_set() and served < 200:
+            served += len(await cluster.chat(replica, 2))
+        return served
+    loaders = [asyncio.create_task(load(r)) for r in cluster.replicas]
+
     # Conflicting switches issued at the same moment on two replicas.
     started = time.monotonic()
     (s1, a1), (s2, a2) = await asyncio.gather(cluster.admin.switch(r1, ALIAS, "chat@v2"),
@@ -137,6 +147,9 @@ async def test_conflicting_switches_converge_drain_and_retire(cluster):
     target, stamp = await cluster.converged_on(CONVERGE_S, "conflicting switches converge")
     assert time.monotonic() - started < CONVERGE_S
     assert (target, stamp) == (winner["target"], winner["stamp"])
+    stop_load.set()
+    loaded = await asyncio.gather(*loaders)  # an exception here would be a dropped request
+    assert all(n > 0 for n in loaded)
 
     # The old version still has the stream in flight on r1: the switch is draining, not retired.
     async def draining() -> bool:
@@ -158,7 +171,7 @@ async def test_conflicting_switches_converge_drain_and_retire(cluster):
     # The served counter is a G-Counter: every replica ends with the same cluster-wide total.
     async def counters_agree() -> set[int] | None:
         totals = {(await cluster.admin.get(r, "/v1/cluster"))["served"]["total"] for r in cluster.replicas}
-        return totals if totals == {61} else None  # the stream and the 60 requests, each counted once
+        return totals if totals == {1 + sum(loaded) + 60} else None  # every request counted once, cluster-wide
     await eventually(counters_agree, 5, "served counters converge")
 
 
