@@ -52,7 +52,6 @@ log = logging.getLogger("sits.api")
 API = "/chat/completions"
 SERVICE = "/sits.v1.ChatCompletions/"
 _READ_METADATA = frozenset({"authorization", "x-request-id", "x-sits-priority", "traceparent", "tracestate", "baggage"})
-_NO_DEADLINE_S = 1e8  # what grpc reports as time remaining when the client set no deadline
 CLIENT_GONE = 499  # the status the HTTP door records for a client that left (nginx's convention)
 
 
@@ -276,8 +275,7 @@ class _CallDeadline:
     __slots__ = ("_timeout", "_seconds")
 
     def __init__(self, context: grpc.aio.ServicerContext) -> None:
-        remaining = context.time_remaining()
-        self._seconds = remaining if remaining is not None and remaining < _NO_DEADLINE_S else None
+        self._seconds = context.time_remaining()  # None: the client set no deadline
         self._timeout = asyncio.timeout(self._seconds)
 
     def expired(self) -> bool:
