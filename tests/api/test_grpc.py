@@ -449,3 +449,26 @@ async def test_a_grpc_port_in_use_is_a_startup_error_not_a_shared_port(upstream,
             await second.start()
     finally:
         await second.stop()
+
+
+async def test_shutdown_lets_an_in_flight_stream_finish_and_refuses_new_calls(upstream, tmp_path):
+    upstream.stream_chunks, upstream.chunk_delay = 10, 0.05
+    gateway = Gateway(Settings(host="127.0.0.1", port=0, data_dir=tmp_path / "data"),
+                      parse_config(grpc_config(upstream.url)))  # drain_timeout_s: 2
+    await gateway.start()
+    request = pb.ChatCompletionRequest(model="m1", messages=HI)
+    channel, stub = stub_for(gateway)
+    async with channel:
+        call = stub.CreateStream(request)
+        messages = [await call.read()]
+        stopping = asyncio.create_task(gateway.stop())
+        await asyncio.sleep(0.1)  # the gateway is draining now
+        while (message := await call.read()) is not grpc.aio.EOF:
+            messages.append(message)
+        assert await call.code() == grpc.StatusCode.OK
+        await asyncio.wait_for(stopping, 5)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.Create(request, timeout=2)
+    assert "".join(c.choices[0].delta.content for m in messages for c in chunks_of(m) if c.choices) == \
+        "".join(f"tok{i} " for i in range(10))
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
