@@ -37,6 +37,7 @@ from sits.state.replication.snapshot_file import SnapshotFile
 from sits.state.routing_table import RoutingTable
 
 log = logging.getLogger("sits.cluster")
+_EMPTY_HASH = ClusterDoc().state_hash()
 
 
 class Transport(Protocol):
@@ -134,7 +135,9 @@ class ClusterNode:
         if self.registry is not None:
             await self.registry.settle()
         try:
-            await self.save(always=True)
+            # A cluster of one that never switched an alias has nothing worth a file.
+            if self._transports() or self.replica.doc.state_hash() != _EMPTY_HASH:
+                await self.save(always=True)
         except OSError as exc:  # shutdown goes on; the peers still hold the state
             log.warning("cluster: cannot persist the document at shutdown: %s", exc)
 
