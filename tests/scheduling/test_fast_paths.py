@@ -66,8 +66,7 @@ def test_an_all_zero_scorer_changes_nothing_but_is_explained():
     decision = scheduler.schedule(REQ, endpoints, random.Random(0))  # no prefix, no adapter: both all 0
     by_name = {s.name: list(s.scores) for s in decision.scores}
     assert by_name["prefix-affinity-scorer"] == [0.0] * 4
-    expected = [q + p + 0.5 * k for q, p, k in zip(by_name["queue-depth-scorer"], by_name["peak-ewma-scorer"],
-                                                     by_name["kv-cache-scorer"])]
+    expected = [q + 0.5 * k for q, k in zip(by_name["queue-depth-scorer"], by_name["kv-cache-scorer"])]
     assert list(decision.totals) == pytest.approx(expected)
 
 
@@ -78,6 +77,7 @@ def test_one_endpoint_still_meets_the_hard_filters():
     assert fits.pick == "only" and fits.reason == "only endpoint"
     too_long = scheduler.schedule(SchedulingRequest("m", "/chat/completions", False, 5000), [small], random.Random(0))
     assert too_long.candidates == () and too_long.reason == "no endpoint passed context-window-filter"
+    assert too_long.rejected_by == "context-window-filter"
     needs_tools = scheduler.schedule(SchedulingRequest("m", "/chat/completions", False, needs=frozenset({"tools"})),
                                      [EndpointView("only", "m", 1.0, True, 0, 0.1, capabilities=frozenset())],
                                      random.Random(0))
@@ -85,16 +85,25 @@ def test_one_endpoint_still_meets_the_hard_filters():
 
 
 @settings(max_examples=80, deadline=None)
-@given(n=st.integers(1, 40), key=st.integers(0, 2**64 - 1), seed=st.integers(0, 10_000))
-def test_prefix_owner_without_a_ring_is_the_ring_walks_owner(n, key, seed):
+@given(n=st.integers(1, 40), key=st.integers(0, 2**64 - 1), seed=st.integers(0, 10_000), weighted=st.booleans())
+def test_prefix_owner_without_a_ring_is_the_ring_walks_owner(n, key, seed, weighted):
     rng = random.Random(seed)
-    endpoints = [EndpointView(f"e{rng.randrange(10**6)}-{i}", "m", 1.0, True, rng.randrange(6), 0.1)
-                 for i in range(n)]
+    endpoints = [EndpointView(f"e{rng.randrange(10**6)}-{i}", "m", rng.choice([1.0, 2.0, 4.0]) if weighted else 1.0,
+                              True, rng.randrange(6), 0.1) for i in range(n)]
     request = SchedulingRequest("m", "/x", False, prefix_hash=key)
     scorer = PrefixAffinityScorer()
     first = scorer.score(request, endpoints)  # first sight: endpoint by endpoint
     second = scorer.score(request, endpoints)  # second sight: builds and walks the ring
     assert first == second and sum(second) <= 1.0
+
+
+def test_prefixes_spread_over_endpoints_in_proportion_to_weight():
+    endpoints = [EndpointView("big", "m", 4.0, True, 0, 0.1), EndpointView("small", "m", 1.0, True, 0, 0.1)]
+    scorer, rng = PrefixAffinityScorer(), random.Random(2)
+    owners = [scorer.score(SchedulingRequest("m", "/x", False, prefix_hash=rng.getrandbits(64)), endpoints)
+              for _ in range(2000)]
+    share = sum(s[0] for s in owners) / len(owners)
+    assert 0.72 < share < 0.88  # 4/5 of the ring belongs to the endpoint of weight 4
 
 
 def big_pool(n: int, healthy=lambda i: True) -> list[EndpointView]:

@@ -79,7 +79,7 @@ def test_decision_explains_itself():
     explained = decision.explain()
     assert explained["pick"] == "e0" and explained["considered"] == 5
     row = explained["candidates"][0]
-    assert {"queue-depth-scorer", "peak-ewma-scorer", "kv-cache-scorer", "prefix-affinity-scorer"} <= set(row)
+    assert {"queue-depth-scorer", "kv-cache-scorer", "prefix-affinity-scorer", "adapter-affinity-scorer"} <= set(row)
 
 
 def test_split_handler_and_shadow_profiles():

@@ -56,20 +56,23 @@ class EngineMetricsSpec(_Strict):
 
 def _default_profile() -> ProfileSpec:
     return ProfileSpec(
+        # No memory-headroom-filter and no peak-ewma-scorer here, by measurement (docs/scheduling.md,
+        # "Default policy"): a hard filter on engine readings up to a scrape old herds every request
+        # onto the few endpoints that looked free at the last scrape once a pool is near saturation,
+        # and latency x in-flight misjudges engines that serve many requests in parallel. Both stay
+        # available to policies; the kv-cache scorer keeps the engine signal, softly.
         filters=[
             PluginSpec(type="model-match-filter"),
             PluginSpec(type="healthy-filter"),
             PluginSpec(type="capability-filter"),
             PluginSpec(type="context-window-filter"),
-            PluginSpec(type="memory-headroom-filter"),
             PluginSpec(type="sla-filter"),
         ],
         scorers=[
             ScorerSpec(type="queue-depth-scorer", weight=1.0),
-            ScorerSpec(type="peak-ewma-scorer", weight=1.0),
             ScorerSpec(type="kv-cache-scorer", weight=0.5),
             ScorerSpec(type="prefix-affinity-scorer", weight=1.0),
-            # 0 for all unless a LoRA adapter is asked for; then it outweighs the others together (3.5)
+            # 0 for all unless a LoRA adapter is asked for; then it outweighs the others together (2.5)
             ScorerSpec(type="adapter-affinity-scorer", weight=4.0),
         ],
         picker=PluginSpec(type="max-score-picker"),

@@ -19,7 +19,7 @@ import numpy as np
 
 from sits.scheduling.policy import build_scheduler
 from sits.scheduling.types import SchedulingRequest
-from sits.simulate.cluster import FAILED_RESPONSE_S, SimEndpoint, build_cluster, schedule_incidents
+from sits.simulate.cluster import FAILED_RESPONSE_S, build_cluster, schedule_incidents
 from sits.simulate.scenario import Scenario
 from sits.simulate.workload import generate
 from sits.state.dynamic_weight import SurgeGuard
@@ -72,77 +72,78 @@ def simulate_run(
             pool_pos[i] = (p, j)
     views = [[endpoints[i].view(0.0) for i in members] for members in pools]
     by_id = {e.id: e for e in endpoints}
-
-    def refresh_view(e: SimEndpoint, now: float) -> None:
-        p, j = pool_pos[e.index]
-        views[p][j] = e.view(now)
+    # One immutable SchedulingRequest per (pool, prefix), built on first use: the scheduler cannot
+    # tell a shared one from a fresh one, and building one costs more than the lookup.
+    requests: dict[tuple[int, int], SchedulingRequest] = {}
 
     heap: list[tuple[float, int, int, float]] = []  # (done at, seq, endpoint, sent at)
-    z = reqs.service_z
+    push, pop = heapq.heappush, heapq.heappop
+    z = reqs.service_z.tolist()  # Python floats: indexing a numpy array per request costs 5x more
+    z_len = len(z)
     z_next = 0
     seq = 0
-    latencies = np.empty(len(reqs.arrival_s))
-    done = failed = hits = shared = 0
+    latencies: list[float] = []
+    record = latencies.append
+    failed = hits = shared = 0
     refresh_every = scenario.stats_refresh_s
     scrape_every = scenario.engine_scrape_s
     next_refresh = refresh_every
     next_scrape = scrape_every
     deadline = wall0 + max_wall_s
     truncated = False
-    last_done = 1e-9
     arrivals_end = reqs.arrival_s[-1]
     done_in_window = 0
-
-    def start(e: SimEndpoint, now: float, sent: float, service: float) -> None:
-        nonlocal seq
-        e.busy += 1
-        seq += 1
-        heapq.heappush(heap, (now + service, seq, e.index, sent))
+    exp = math.exp
 
     def complete(t: float, index: int, sent: float) -> None:
-        nonlocal done, last_done, done_in_window
+        """One request finishes at `t`; the endpoint's queue head (if any) starts."""
+        nonlocal seq, done_in_window
         e = endpoints[index]
         e.busy -= 1
         latency = t - sent
         e.stats.finished(latency, True)
-        latencies[done] = latency
-        done += 1
-        last_done = t
+        record(latency)
         if t <= arrivals_end:
             done_in_window += 1
         if e.queue:
             q_sent, q_service = e.queue.popleft()
-            start(e, t, q_sent, q_service)
-        refresh_view(e, t)
+            e.busy += 1
+            seq += 1
+            push(heap, (t + q_service, seq, index, q_sent))
+        p, j = pool_pos[index]
+        views[p][j] = e.view(t)
 
     def tick(now: float) -> None:
         nonlocal next_refresh, next_scrape
-        if now >= next_refresh:
-            elapsed = refresh_every * max(1, math.floor((now - next_refresh) / refresh_every) + 1)
-            for e in endpoints:
-                e.stats.refresh(elapsed, surge)
-            next_refresh += elapsed
-            if now >= next_scrape:
-                for e in endpoints:  # what the engine's /metrics would say at this scrape
-                    e.scraped_waiting = len(e.queue)
-                    e.scraped_kv = min(1.0, e.busy / e.slots)
-                next_scrape = now + scrape_every
-            for e in endpoints:
-                refresh_view(e, now)
+        elapsed = refresh_every * max(1, math.floor((now - next_refresh) / refresh_every) + 1)
+        for e in endpoints:
+            e.stats.refresh(elapsed, surge)
+        next_refresh += elapsed
+        if now >= next_scrape:
+            for e in endpoints:  # what the engine's /metrics would say at this scrape
+                e.scraped_waiting = len(e.queue)
+                e.scraped_kv = min(1.0, e.busy / e.slots)
+            next_scrape = now + scrape_every
+        for e in endpoints:
+            p, j = pool_pos[e.index]
+            views[p][j] = e.view(now)
 
+    schedule = scheduler.schedule
     arrivals, pool_of, prefix_of, hashes = reqs.arrival_s, reqs.pool, reqs.prefix, reqs.prefix_hashes
     for k in range(len(arrivals)):
         t = arrivals[k]
         while heap and heap[0][0] <= t:
-            d_t, _, d_i, d_sent = heapq.heappop(heap)
+            d_t, _, d_i, d_sent = pop(heap)
             complete(d_t, d_i, d_sent)
         if t >= next_refresh:
             tick(t)
         p = pool_of[k]
         px = prefix_of[k]
-        request = SchedulingRequest(models[p], "/chat/completions", False,
-                                    prefix_hash=None if px < 0 else hashes[px])
-        decision = scheduler.schedule(request, views[p], rng)
+        request = requests.get((p, px))
+        if request is None:
+            request = requests[(p, px)] = SchedulingRequest(
+                models[p], "/chat/completions", False, prefix_hash=None if px < 0 else hashes[px])
+        decision = schedule(request, views[p], rng)
         sent_at = t
         served = False
         for view in decision.candidates:
@@ -152,21 +153,27 @@ def simulate_run(
             if failing:  # answers an error at once; the director fails over to the next candidate
                 e.stats.finished(FAILED_RESPONSE_S, False)
                 e.last_error_s = sent_at
-                refresh_view(e, sent_at)
+                ep, ej = pool_pos[e.index]
+                views[ep][ej] = e.view(sent_at)
                 sent_at += FAILED_RESPONSE_S
                 continue
-            service = math.exp(e.mu + e.sigma * z[z_next]) * slow
-            z_next = (z_next + 1) % len(z)
+            service = exp(e.mu + e.sigma * z[z_next]) * slow
+            z_next += 1
+            if z_next == z_len:
+                z_next = 0
             if px >= 0:
                 shared += 1
                 if e.prefix_hit(px):
                     hits += 1
                     service *= speedup
             if e.busy < e.slots:
-                start(e, sent_at, t, service)
+                e.busy += 1
+                seq += 1
+                push(heap, (sent_at + service, seq, e.index, t))
             else:
                 e.queue.append((t, service))
-            refresh_view(e, sent_at)
+            ep, ej = pool_pos[e.index]
+            views[ep][ej] = e.view(sent_at)
             served = True
             break
         if not served:
@@ -178,11 +185,12 @@ def simulate_run(
                 truncated = True
                 break
     while heap:
-        d_t, _, d_i, d_sent = heapq.heappop(heap)
+        d_t, _, d_i, d_sent = pop(heap)
         complete(d_t, d_i, d_sent)
     if progress is not None and not truncated:
         progress(len(arrivals) % PROGRESS_EVERY)
-    lat = latencies[:done] * 1000.0
+    done = len(latencies)
+    lat = np.asarray(latencies) * 1000.0
     return RunResult(
         strategy=strategy, load=load, offered_qps=rate, achieved_qps=done_in_window / arrivals_end, requests=done + failed,
         failed=failed, mean_ms=float(lat.mean()) if done else math.inf,

@@ -18,12 +18,14 @@ _ID = attrgetter("id")
 _MAX_CACHED_POINTS = 1 << 21
 _MAX_CACHED_IDS = 1 << 16
 _MAX_SEEN_ONCE = 4096
+_MAX_VNODE_RATIO = 16  # the heaviest endpoint gets at most 16x the lightest one's virtual nodes
 
 
 class PrefixAffinityScorerParams(PluginParams):
-    # bounded load: an endpoint takes affine traffic only while its load <= ceil(c x mean load)
+    # bounded load: an endpoint takes affine traffic only while its load <= ceil(c x mean load), the
+    # mean taken per unit of weight (configured capacity): with equal weights, Mirrokni's bound
     load_factor: float = Field(default=1.25, ge=1.0)
-    virtual_nodes: int = Field(default=32, ge=1, le=1024)
+    virtual_nodes: int = Field(default=32, ge=1, le=1024)  # for the lightest endpoint; more in proportion to weight
 
 
 class PrefixAffinityScorer:
@@ -32,7 +34,9 @@ class PrefixAffinityScorer:
     Consistent hashing with bounded loads (Mirrokni et al., 2018): the prefix hash picks a
     point on a ring of endpoints; walking clockwise, the first endpoint under the load bound
     wins. A hot prefix overflows to the ring's next endpoints instead of swamping one, and
-    an endpoint leaving the set moves only its own prefixes.
+    an endpoint leaving the set moves only its own prefixes. Both the ring share and the load
+    bound follow the endpoints' weights (configured capacity); with equal weights this is the
+    paper's scheme exactly.
 
     A set of endpoints gets its ring (cached) the second time it is seen; the first time, the
     same owner is found endpoint by endpoint, so random samples of a large pool build no rings.
@@ -45,11 +49,11 @@ class PrefixAffinityScorer:
         p = params or PrefixAffinityScorerParams()
         self._c = p.load_factor
         self._vnodes = p.virtual_nodes
-        # A cache of a pure function of the endpoint ids: it never changes an outcome.
-        self._rings: dict[tuple[str, ...], tuple[list[int], list[int]]] = {}
+        # Caches of pure functions of the endpoint ids and weights: they never change an outcome.
+        self._rings: dict[tuple, tuple[list[int], list[int]]] = {}
         self._cached_points = 0
-        self._points: dict[str, list[int]] = {}  # each endpoint's sorted ring points
-        self._seen_once: dict[tuple[str, ...], None] = {}  # endpoint sets met once, not yet worth a ring
+        self._points: dict[tuple[str, int], list[int]] = {}  # (endpoint, virtual nodes) -> sorted points
+        self._seen_once: dict[tuple, None] = {}  # endpoint sets met once, not yet worth a ring
 
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         n = len(endpoints)
@@ -58,26 +62,27 @@ class PrefixAffinityScorer:
         if key is None or n == 0:
             return scores
         key &= _MASK
-        ids = tuple(map(_ID, endpoints))
+        weights = [e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints]
+        shape = (tuple(map(_ID, endpoints)), self._vnode_counts(weights))
         loads = [e.in_flight for e in endpoints]
-        bound = math.ceil(self._c * (sum(loads) + 1) / n)
-        ring = self._rings.get(ids)
-        if ring is None and ids not in self._seen_once:
+        bounds = self._bounds(weights, sum(loads) + 1)
+        ring = self._rings.get(shape)
+        if ring is None and shape not in self._seen_once:
             # A set seen for the first time (a random sample of a large pool is seen only once):
             # the same owner as the ring walk, found endpoint by endpoint, and no ring is built.
-            self._seen_once[ids] = None
+            self._seen_once[shape] = None
             if len(self._seen_once) > _MAX_SEEN_ONCE:
                 self._seen_once.clear()
-            owner = self._nearest_under_bound(key, ids, loads, bound)
+            owner = self._nearest_under_bound(key, shape, loads, bounds)
             if owner >= 0:
                 scores[owner] = 1.0
             return scores
-        points, owners = ring if ring is not None else self._ring(ids)
+        points, owners = ring if ring is not None else self._ring(shape)
         start = bisect_left(points, key)
         size = len(points)
         for k in range(size):
             owner = owners[(start + k) % size]
-            if loads[owner] + 1 <= bound:
+            if loads[owner] + 1 <= bounds[owner]:
                 scores[owner] = 1.0
                 break
         return scores
@@ -87,39 +92,60 @@ class PrefixAffinityScorer:
         key = request.prefix_hash
         if key is None or not endpoints:
             return ()
-        points, owners = self._ring(tuple(map(_ID, endpoints)))
+        weights = [e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints]
+        points, owners = self._ring((tuple(map(_ID, endpoints)), self._vnode_counts(weights)))
         return (owners[bisect_left(points, key & _MASK) % len(points)],)
 
-    def _nearest_under_bound(self, key: int, ids: tuple[str, ...], loads: list[int], bound: int) -> int:
+    def _vnode_counts(self, weights: list[float]) -> tuple[int, ...] | None:
+        """Virtual nodes per endpoint in proportion to its weight (None: equal weights, `virtual_nodes`
+        each), so an endpoint owns a share of the prefixes in proportion to its capacity (Envoy's
+        ring hash weighs hosts alike)."""
+        lightest = min(weights)
+        if lightest == max(weights):
+            return None
+        v, most = self._vnodes, self._vnodes * _MAX_VNODE_RATIO
+        return tuple(min(most, max(1, round(v * w / lightest))) for w in weights)
+
+    def _bounds(self, weights: list[float], total_load: int) -> list[int]:
+        """Each endpoint's load bound: ceil(c x total load x its share of the total weight)."""
+        if min(weights) == max(weights):
+            return [math.ceil(self._c * total_load / len(weights))] * len(weights)
+        unit = self._c * total_load / sum(weights)
+        return [math.ceil(unit * w) for w in weights]
+
+    def _nearest_under_bound(self, key: int, shape: tuple, loads: list[int], bounds: list[int]) -> int:
         """The ring walk's answer without the ring: among endpoints under the bound, the one whose
         first point clockwise from `key` is nearest (ties to the lower index, as in the ring)."""
+        ids, counts = shape
         best, best_distance = -1, _WRAP
         for i, eid in enumerate(ids):
-            if loads[i] + 1 > bound:
+            if loads[i] + 1 > bounds[i]:
                 continue
-            pts = self._points_of(eid)
+            pts = self._points_of(eid, self._vnodes if counts is None else counts[i])
             j = bisect_left(pts, key)
             distance = pts[j] - key if j < len(pts) else pts[0] + _WRAP - key
             if distance < best_distance:
                 best, best_distance = i, distance
         return best
 
-    def _points_of(self, eid: str) -> list[int]:
-        pts = self._points.get(eid)
+    def _points_of(self, eid: str, count: int) -> list[int]:
+        pts = self._points.get((eid, count))
         if pts is None:
             if len(self._points) >= _MAX_CACHED_IDS:
                 self._points.clear()
-            pts = self._points[eid] = sorted(_point(f"{eid}#{v}") for v in range(self._vnodes))
+            pts = self._points[(eid, count)] = sorted(_point(f"{eid}#{v}") for v in range(count))
         return pts
 
-    def _ring(self, ids: tuple[str, ...]) -> tuple[list[int], list[int]]:
-        ring = self._rings.get(ids)
+    def _ring(self, shape: tuple) -> tuple[list[int], list[int]]:
+        ring = self._rings.get(shape)
         if ring is None:
-            pairs = sorted((p, i) for i, eid in enumerate(ids) for p in self._points_of(eid))
+            ids, counts = shape
+            pairs = sorted((p, i) for i, eid in enumerate(ids)
+                           for p in self._points_of(eid, self._vnodes if counts is None else counts[i]))
             ring = ([p for p, _ in pairs], [i for _, i in pairs])
             while self._rings and self._cached_points + len(pairs) > _MAX_CACHED_POINTS:
                 self._cached_points -= len(self._rings.pop(next(iter(self._rings)))[0])  # oldest first
-            self._rings[ids] = ring
+            self._rings[shape] = ring
             self._cached_points += len(pairs)
         return ring
 
