@@ -6,7 +6,7 @@
 The labelled set: real PDF reports (fpdf2), parsed by the gateway's own DocumentParser, and
 drafts about them written from templates, each either correct or carrying one error of a known
 kind: a wrong figure, a figure from the wrong row, a wrong growth rate, a wrong date, a wrong
-sum, or an error no number check can see (a wrong direction word with no figure, a wrong company
+sum, last year's figure given as this year's, or an error no number check can see (a wrong direction word with no figure, a wrong company
 name). Label = the draft has no error. Raw score = the guard's share of checks passed (0.5 when
 the draft cites nothing). Half the reports fit an isotonic map; the other half measure it.
 """
@@ -48,7 +48,7 @@ def sentences(report: Report, rng: random.Random) -> list[str]:
     return [
         f"Revenue {up} {abs(revenue.growth_pct):.1f}% from ${revenue.prior:,} to ${revenue.current:,}.",
         f"Revenue was ${million:.1f} million in FY{report.year}.",
-        f"Cost of sales was ${cost.current:,}.",
+        f"Cost of sales was ${cost.current:,}{f' in FY{report.year}' if rng.random() < 0.5 else ''}.",
         f"Operating costs came to ${opex.current:,} (FY{report.prior_year}: ${opex.prior:,}).",
         f"Operating profit was ${profit.current:,}.",
         f"{seg_name} revenue of ${seg_value:,} was {seg_value / revenue.current * 100:.1f}% of total revenue of "
@@ -65,14 +65,16 @@ def sentences(report: Report, rng: random.Random) -> list[str]:
 def corrupt(report: Report, rng: random.Random, text: str) -> tuple[str, str] | None:
     """One error of a random kind planted in `text`; None when the kind does not apply to it."""
     revenue, cost, opex = (report.row(n) for n in ("Revenue", "Cost of sales", "Operating costs"))
-    kind = rng.choice(["wrong-figure", "wrong-row", "wrong-growth", "wrong-date", "wrong-sum", "wrong-direction",
-                       "wrong-company"])
+    kind = rng.choice(["wrong-figure", "wrong-row", "wrong-year", "wrong-growth", "wrong-date", "wrong-sum",
+                       "wrong-direction", "wrong-company"])
     if kind == "wrong-figure":
         old = rng.choice([r.current for r in report.rows])
         new = old + rng.choice([-1, 1]) * rng.randrange(1, 40) * 1000
         return (kind, text.replace(f"{old:,}", f"{new:,}", 1)) if f"{old:,}" in text else None
     if kind == "wrong-row" and f"{cost.current:,}" in text:
         return kind, text.replace(f"{cost.current:,}", f"{opex.current:,}", 1)
+    if kind == "wrong-year" and f"${cost.current:,}." in text:  # last year's figure, said to be this year's
+        return kind, text.replace(f"${cost.current:,}.", f"${cost.prior:,} in FY{report.year}.", 1)
     if kind == "wrong-growth" and f"{abs(revenue.growth_pct):.1f}%" in text:
         wrong = abs(revenue.growth_pct) + rng.choice([-1, 1]) * rng.uniform(1, 6)
         return kind, text.replace(f"{abs(revenue.growth_pct):.1f}%", f"{abs(wrong):.1f}%", 1)

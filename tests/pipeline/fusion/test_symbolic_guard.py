@@ -119,3 +119,16 @@ def test_quantities_are_read_with_their_precision(text, expected):
 def test_a_draft_citing_nothing_has_no_score():
     verdict = SymbolicGuard().check("The report looks fine.", SourceFacts.build("Revenue 1,000"))
     assert verdict.findings == () and verdict.score is None
+
+
+def test_a_figure_from_another_years_column_is_misattributed():
+    report = REPORTS[0]
+    revenue = report.row("Revenue")
+    wrong = check(report, f"The revenue in FY{report.prior_year} was ${revenue.current:,}.")
+    assert failing(wrong) == [(f"${revenue.current:,}", "misattributed")]
+    assert f"FY{report.year}" in wrong.mismatches()[0].detail
+    right = check(report, f"Revenue was ${revenue.current:,} in FY{report.year}.")
+    assert failing(right) == []
+    both_years = check(report, f"Revenue was ${revenue.current:,} in FY{report.year} and "
+                               f"${revenue.prior:,} in FY{report.prior_year}.")
+    assert failing(both_years) == []  # two amounts, two years: no guess which goes with which

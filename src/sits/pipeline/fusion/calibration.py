@@ -40,7 +40,8 @@ class CalibrationMap:
 
 
 def fit_isotonic(raw: Sequence[float], correct: Sequence[bool]) -> CalibrationMap:
-    """Pool adjacent violators over the labelled pairs; each pooled block becomes one level."""
+    """Pool adjacent violators over the labelled pairs; each pooled block becomes one level
+    (its share of correct answers, smoothed)."""
     if len(raw) != len(correct) or not raw:
         raise ValueError("need as many labels as scores, at least one")
     by_score: dict[float, list[float]] = {}  # equal scores must get one value: pool them first
@@ -57,8 +58,10 @@ def fit_isotonic(raw: Sequence[float], correct: Sequence[bool]) -> CalibrationMa
             blocks[-1][1] += count
             blocks[-1][3] = hi
     points: list[tuple[float, float]] = []
+    level = 0.0
     for total, count, lo, hi in blocks:
-        level = total / count
+        # Laplace: a handful of drafts never earns a certain 0 or 1; the running max keeps it monotone.
+        level = max(level, (total + 1) / (count + 2))
         for x in (lo, hi):
             if not points or x > points[-1][0]:
                 points.append((x, level))

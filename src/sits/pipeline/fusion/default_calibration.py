@@ -5,13 +5,13 @@ Written by bench/bench_calibration.py; see docs/workflows.md for the data and th
 from sits.pipeline.fusion.calibration import CalibrationMap
 
 POINTS: tuple[tuple[float, float], ...] = (
-    (0.0, 0.2611),
-    (0.8182, 0.2611),
-    (0.8333, 0.3023),
-    (0.8571, 0.3023),
-    (0.875, 0.31),
-    (0.9333, 0.31),
-    (1.0, 0.8838),
+    (0.0, 0.1667),
+    (0.3333, 0.1667),
+    (0.5, 0.2108),
+    (0.8462, 0.2108),
+    (0.8571, 0.2768),
+    (0.9333, 0.2768),
+    (1.0, 0.8883),
 )
 
 

@@ -3,8 +3,9 @@ against the source, plus the arithmetic the draft states.
 
 A cited amount is *supported* when the source holds it (within the precision the draft wrote
 it with, at the scale the source declares: "in thousands"); *misattributed* when the sentence
-names a table row (say "costs") and the value is in another row instead; *derived* when it
-is the sum or difference of two figures of one table column; else *unsupported*, with the
+names a table row (say "costs") and the value is in another row instead, or when a sentence
+with one amount and one year ("revenue in FY2023 was ...") cites another year's figure;
+*derived* when it is the sum or difference of two figures of one table column; else *unsupported*, with the
 nearest source figure. A percentage may also be derived: a growth rate or share computed from
 figures the same sentence cites, or from the row the sentence names. Stated arithmetic is
 *correct* or *wrong*. The score is the share of checks that passed.
@@ -77,13 +78,16 @@ class SymbolicGuard:
         findings = []
         for i, q in enumerate(quantities):
             same_sentence = [p for j, p in enumerate(quantities) if sentence_of[j] == sentence_of[i] and p.is_amount]
+            years = {int(p.value) for j, p in enumerate(quantities)
+                     if sentence_of[j] == sentence_of[i] and p.kind in ("date", "year")}
+            year = next(iter(years)) if len(years) == 1 and len(same_sentence) == 1 else None  # unambiguous only
             sentence = _sentence_text(draft, quantities, sentence_of, i)
             if q.kind in ("date", "year"):
                 findings.append(_check_date(q, facts))
             elif q.kind == "percent":
                 findings.append(_check_percent(q, facts, same_sentence, sentence))
             else:
-                findings.append(_check_amount(q, labels[i], facts))
+                findings.append(_check_amount(q, labels[i], year, facts))
         for claim in check_arithmetic(draft, quantities):
             findings.append(Finding("arithmetic", claim.text, "correct" if claim.correct else "wrong", claim.detail))
         return Verdict(tuple(findings))
@@ -93,8 +97,13 @@ def _close(q: Quantity, value: float) -> bool:
     return abs(abs(q.value) - abs(value)) <= q.tolerance * 1.01 + 1e-9 * abs(value)
 
 
-def _check_amount(q: Quantity, labels: tuple[str, ...], facts: SourceFacts) -> Finding:
+def _check_amount(q: Quantity, labels: tuple[str, ...], year: int | None, facts: SourceFacts) -> Finding:
     cells = [c for c in facts.cells if c.quantity.is_amount and any(_close(q, c.quantity.value * s) for s in facts.scales)]
+    if year is not None and cells:
+        wrong_year = _other_year(cells, labels, year, facts)
+        if wrong_year is not None:
+            return Finding(q.kind, q.text, "misattributed",
+                           f"the sentence is about {year}, but {q.text} is {wrong_year.where()} in the source")
     if labels:
         mine = [c for c in cells if c.row_label in labels]
         if mine:
@@ -110,6 +119,26 @@ def _check_amount(q: Quantity, labels: tuple[str, ...], facts: SourceFacts) -> F
     if derived:
         return Finding(q.kind, q.text, "derived", derived)
     return Finding(q.kind, q.text, "unsupported", _nearest(q, facts, labels[-1] if labels else ""))
+
+
+def _other_year(cells: list[Cell], labels: tuple[str, ...], year: int, facts: SourceFacts) -> Cell | None:
+    """A matching cell of another year's column, when none matches in `year`'s column and the
+    table (in the named row, if any) has a column for `year`; else None."""
+    candidates = [c for c in cells if c.row_label in labels] or cells
+    if any(_year_of(c.column_label) == year for c in candidates):
+        return None
+    for c in candidates:
+        other = _year_of(c.column_label)
+        if other is not None and other != year and any(
+                _year_of(d.column_label) == year for d in facts.cells
+                if d.table == c.table and d.row == c.row):
+            return c
+    return None
+
+
+def _year_of(label: str) -> int | None:
+    years = [int(q.value) for q in extract(label) if q.kind in ("date", "year")]
+    return years[0] if len(years) == 1 else None
 
 
 def _derived_amount(q: Quantity, facts: SourceFacts) -> str:
