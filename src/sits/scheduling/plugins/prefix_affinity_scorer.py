@@ -18,6 +18,7 @@ _ID = attrgetter("id")
 _MAX_CACHED_POINTS = 1 << 21
 _MAX_CACHED_IDS = 1 << 16
 _MAX_SEEN_ONCE = 4096
+_UNKNOWN = object()
 _MAX_VNODE_RATIO = 16  # the heaviest endpoint gets at most 16x the lightest one's virtual nodes
 
 
@@ -54,6 +55,7 @@ class PrefixAffinityScorer:
         self._cached_points = 0
         self._points: dict[tuple[str, int], list[int]] = {}  # (endpoint, virtual nodes) -> sorted points
         self._seen_once: dict[tuple, None] = {}  # endpoint sets met once, not yet worth a ring
+        self._counts: dict[tuple[float, ...], tuple[int, ...] | None] = {}  # weights -> vnode counts
 
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         n = len(endpoints)
@@ -62,7 +64,7 @@ class PrefixAffinityScorer:
         if key is None or n == 0:
             return scores
         key &= _MASK
-        weights = [e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints]
+        weights = tuple([e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints])
         shape = (tuple(map(_ID, endpoints)), self._vnode_counts(weights))
         loads = [e.in_flight for e in endpoints]
         bounds = self._bounds(weights, sum(loads) + 1)
@@ -92,23 +94,30 @@ class PrefixAffinityScorer:
         key = request.prefix_hash
         if key is None or not endpoints:
             return ()
-        weights = [e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints]
+        weights = tuple([e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints])
         points, owners = self._ring((tuple(map(_ID, endpoints)), self._vnode_counts(weights)))
         return (owners[bisect_left(points, key & _MASK) % len(points)],)
 
-    def _vnode_counts(self, weights: list[float]) -> tuple[int, ...] | None:
+    def _vnode_counts(self, weights: tuple[float, ...]) -> tuple[int, ...] | None:
         """Virtual nodes per endpoint in proportion to its weight (None: equal weights, `virtual_nodes`
         each), so an endpoint owns a share of the prefixes in proportion to its capacity (Envoy's
         ring hash weighs hosts alike)."""
-        lightest = min(weights)
-        if lightest == max(weights):
-            return None
-        v, most = self._vnodes, self._vnodes * _MAX_VNODE_RATIO
-        return tuple(min(most, max(1, round(v * w / lightest))) for w in weights)
+        counts = self._counts.get(weights, _UNKNOWN)
+        if counts is _UNKNOWN:
+            lightest = min(weights)
+            if lightest == max(weights):
+                counts = None
+            else:
+                v, most = self._vnodes, self._vnodes * _MAX_VNODE_RATIO
+                counts = tuple(min(most, max(1, round(v * w / lightest))) for w in weights)
+            if len(self._counts) >= _MAX_SEEN_ONCE:
+                self._counts.clear()
+            self._counts[weights] = counts
+        return counts
 
-    def _bounds(self, weights: list[float], total_load: int) -> list[int]:
+    def _bounds(self, weights: tuple[float, ...], total_load: int) -> list[int]:
         """Each endpoint's load bound: ceil(c x total load x its share of the total weight)."""
-        if min(weights) == max(weights):
+        if self._counts.get(weights) is None:  # equal weights (the vnode counts were just looked up)
             return [math.ceil(self._c * total_load / len(weights))] * len(weights)
         unit = self._c * total_load / sum(weights)
         return [math.ceil(unit * w) for w in weights]
