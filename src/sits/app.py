@@ -35,6 +35,9 @@ from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
 from sits.api.http_types import HttpRequest
+from sits.api.live_snapshot import LiveSnapshot
+from sits.api.request_observer import RequestObserver
+from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.openai_routes import OpenAIRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
@@ -77,6 +80,9 @@ from sits.state.registry_store import RegistryStore
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache import build_semantic_cache
+from sits.telemetry.decision_log import DecisionLog
+from sits.telemetry.metrics import GatewayMetrics
+from sits.telemetry.tracing import Tracing, TracingSettings
 from sits.understanding.factory import build_understander
 from sits.understanding.settings import UnderstandingConfig
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
@@ -97,6 +103,21 @@ def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
 def understanding_config(raw: dict[str, Any]) -> UnderstandingConfig:
     """The `understanding:` section; off unless it says `enabled: true`."""
     return _section(UnderstandingConfig, {"enabled": False, **raw}, "understanding")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def tracing_settings(settings: Settings, config: GatewayConfig) -> TracingSettings:
+    """The environment (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SAMPLING_RATIO) wins over `telemetry.tracing`."""
+    t = config.telemetry.tracing
+    ratio = settings.otel_sampling_ratio if settings.otel_sampling_ratio is not None else t.sampling_ratio
+    return TracingSettings(endpoint=settings.otel_endpoint or t.endpoint, environment=t.environment, ratio=ratio,
+                           service_name=t.service_name)
 
 
 def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
@@ -155,13 +176,19 @@ class Gateway:
         self._answers = CacheStep(config.semantic_cache, resilience.static_answer)
         self.admission = Admission(config.admission, self.routing_table, self._clock) if config.admission.enabled else None
         self._breakers = CircuitBreakers(BreakerPolicy(resilience.breaker_failure_threshold, resilience.breaker_open_s))
+        telemetry = config.telemetry
+        self.metrics = GatewayMetrics() if telemetry.metrics else None
+        self.tracing = Tracing(tracing_settings(settings, config))
+        decisions = DecisionLog(telemetry.recent_decisions)
         self._director = director = Director(
             self.routing_table, self._scheduler, backend, self._stats, self._health,
             self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
                                                           resilience.min_retries_per_window)),
             FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
-            self._understander, self._clock, random.Random(rng_seed),
+            self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics,
         )
+        observer = RequestObserver(self.metrics, self.tracing, decisions, telemetry.logs, self.routing_table,
+                                   clock=self._clock)
         # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
         limits = _section(AttachmentLimits, config.attachments, "attachments")
         workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
@@ -172,10 +199,16 @@ class Gateway:
                                        self._understanding),
             director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
         files = FileRoutes(uploads, documents, limits)
-        openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission)
+        openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission,
+                                     observer=observer)
+        admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
+        self.live_snapshot = LiveSnapshot(self.routing_table, self._stats, self._health, self._breakers,
+                                          self.admission, self._clock)
+        telemetry_routes = TelemetryRoutes(self.metrics, self.tracing, decisions, self.live_snapshot, admin_guard,
+                                           lambda: self.registry.version, loopback_only=_is_loopback(self.host))
         health = HealthRoutes(self.readiness)
         control_routes = ControlRoutes(
-            self.registry, AdminGuard(settings.secrets.get(control.admin_key_env)), self._health, self._breakers,
+            self.registry, admin_guard, self._health, self._breakers,
             self._stats,
             self._clock, functools.partial(discover_models, pool=self._guarded_pool, policy=self._policy),
             on_change=self._prober.poke,  # probe new endpoints now, not at the next tick
@@ -185,23 +218,23 @@ class Gateway:
         self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
         self._adapters_restored: asyncio.Task[object] | None = None
         engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
-                                                     self._clock), AdminGuard(settings.secrets.get(control.admin_key_env)))
+                                                     self._clock), admin_guard)
         self.tokenizers = TokenizerCatalog(settings.data_dir / "tokenizers" / "cache")
         self._tokenizers_loaded: asyncio.Task[object] | None = None
         hints = SchedulingHints()
         hints.attach_adapters(self.adapters.resolve, self.adapters.loaded_on)
         hints.attach_tokenizers(self.tokenizers, self.routing_table)
         director.attach_hints(hints)
-        adapter_routes = AdapterRoutes(self.adapters, AdminGuard(settings.secrets.get(control.admin_key_env)))
-        tokenizer_routes = TokenizerRoutes(self.tokenizers, self.routing_table,
-                                           AdminGuard(settings.secrets.get(control.admin_key_env)))
+        adapter_routes = AdapterRoutes(self.adapters, admin_guard)
+        tokenizer_routes = TokenizerRoutes(self.tokenizers, self.routing_table, admin_guard)
         # Replicated aliases and state (docs/replication.md); a cluster of one without a transport.
         self.cluster = ClusterNode(
             config.cluster, config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings.data_dir,
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed))
         self.cluster.attach_registry(self.registry)  # models registered at runtime replicate too
         self.cluster.attach_breakers(self._breakers)  # so do circuit openings and closings
-        cluster_routes = ClusterRoutes(self.cluster, AdminGuard(settings.secrets.get(control.admin_key_env)))
+        cluster_routes = ClusterRoutes(self.cluster, admin_guard)
+        self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         self.handler = Dispatcher(
@@ -223,15 +256,21 @@ class Gateway:
                 ("GET", "/healthz"): health.healthz,
                 ("GET", "/readyz"): health.readyz,
                 **cluster_route_table(cluster_routes),
+                ("GET", "/metrics"): telemetry_routes.metrics,
+                ("GET", "/v1/health/otel"): telemetry_routes.otel_health,
+                ("PUT", "/v1/telemetry/sampling"): telemetry_routes.set_sampling,
+                ("GET", "/v1/dashboard/state"): telemetry_routes.dashboard_state,
+                **({("GET", "/dashboard"): telemetry_routes.dashboard} if telemetry.dashboard else {}),
             },
             prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
-                           ADAPTERS_PREFIX: adapter_routes.adapter_resource},
+                           ADAPTERS_PREFIX: adapter_routes.adapter_resource,
+                           **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
             before=self._authenticate if self._client_keys.enabled else None,
         )
 
         # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
         self.grpc = GrpcServer(director, self.admission, self._client_keys, self.handler.request_id_of,
-                               config.server.grpc_port, config.server.max_body_bytes) \
+                               config.server.grpc_port, config.server.max_body_bytes, observer) \
             if config.server.grpc_port is not None else None
 
     # -- state the layers read ------------------------------------------------
@@ -338,6 +377,7 @@ class Gateway:
         await self._pool.close()
         if self._local is not None:
             await self._local.stop()
+        await asyncio.to_thread(self.tracing.shutdown)  # flushes what is queued, off the event loop
 
     @property
     def host(self) -> str:

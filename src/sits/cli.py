@@ -88,7 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
     from sits.serve import run
 
     settings = _settings(args)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     config = _gateway_config(settings, args.backend)
     if args.grpc_port is not None:
         from sits.api.grpc_server import with_grpc_port

@@ -174,6 +174,11 @@ async def test_conflicting_switches_converge_drain_and_retire(cluster):
         return totals if totals == {1 + sum(loaded) + 60} else None  # every request counted once, cluster-wide
     await eventually(counters_agree, 5, "served counters converge")
 
+    # Each replica exports how long ago it last merged state from its peers.
+    async with aiohttp.ClientSession() as session, session.get(cluster.replicas[0].url + "/metrics") as r:
+        lag = [line for line in (await r.text()).splitlines() if line.startswith("sits_replication_lag_seconds ")]
+    assert len(lag) == 1 and 0.0 <= float(lag[0].split()[1]) < 5.0
+
 
 async def test_kill_9_during_a_switch_then_restart_converges(cluster):
     r1, r2, r3 = cluster.replicas

@@ -217,6 +217,12 @@ class ClusterNode:
             "aliases": [v.to_json() for v in self.alias_views()],
         }
 
+    def replication_lag_s(self) -> float | None:
+        """Seconds since the last merge from any transport (None: no transport configured or none yet)."""
+        syncs = [self.replica.last_sync.get(name) for name in self._transport_names()]
+        seen = [at for at in syncs if at is not None]
+        return None if not seen else max(0.0, self._monotonic() - max(seen))
+
     # -- internals ---------------------------------------------------------------------
 
     def _transports(self) -> list[Transport]:

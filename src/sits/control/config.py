@@ -17,6 +17,7 @@ from sits.control.cluster_config import ClusterConfig
 from sits.errors import ConfigError
 from sits.state.admission_config import AdmissionConfig
 from sits.state.semantic_cache import SemanticCacheConfig
+from sits.telemetry.config import TelemetryConfig
 
 Tier = Literal["tiny", "base", "heavy"]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -157,6 +158,7 @@ class GatewayConfig(_Strict):
     attachments: dict[str, Any] = {}
     control: ControlConfig = ControlConfig()
     cluster: ClusterConfig = ClusterConfig()  # replicas sharing aliases and state (docs/replication.md)
+    telemetry: TelemetryConfig = TelemetryConfig()
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False
     models: list[ModelConfig] = []
