@@ -4,6 +4,8 @@ the official SDK as the client."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -176,3 +178,48 @@ async def test_metrics_can_be_turned_off(upstream, start_gateway):
     async with aiohttp.ClientSession() as session, session.get(base_url(gateway) + "/metrics") as response:
         assert response.status == 404
         assert "metrics are off" in (await response.json())["error"]["message"]
+
+
+async def test_slow_export_degrades_to_key_spans_and_recovers(upstream, receiver, start_gateway):
+    gateway = await start_gateway(config(upstream.url, tracing={"endpoint": receiver.url}))
+    gateway.tracing.guard.policy = dataclasses.replace(gateway.tracing.guard.policy, latency_alpha=1.0)
+    client = sdk(gateway)
+    url = base_url(gateway) + "/v1/health/otel"
+
+    async def otel() -> dict[str, Any]:
+        async with aiohttp.ClientSession() as session, session.get(url) as r:
+            return await r.json()
+
+    async def until(predicate: Any, what: str) -> dict[str, Any]:
+        for _ in range(100):  # bounded: 10 s
+            await client.chat.completions.create(model="m1", messages=MESSAGES)
+            state = await otel()
+            if predicate(state):
+                return state
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"never {what}: {state}")
+
+    receiver.delay_s = 0.3  # the collector answers in 300 ms: over the 200 ms budget
+    state = await until(lambda s: s["degraded"], "degraded")
+    assert state["state"] == "degraded" and "export latency" in state["degraded_reason"]
+    # Spans recorded before the guard tripped still go out; after two more exports only new ones are left.
+    state = await until(lambda s: s["exports"] >= state["exports"] + 2, "exported twice more")
+    receiver.spans.clear()
+    await until(lambda s: s["exports"] >= state["exports"] + 1 and receiver.spans, "exported while degraded")
+    assert receiver.spans and not any(s.name.startswith("sits.") for s in receiver.spans)  # key spans only
+    receiver.delay_s = 0.0
+    state = await until(lambda s: not s["degraded"], "recovered")
+    assert state["state"] == "ok" and state["dropped_spans"] == 0
+
+
+async def test_access_log_keeps_prompts_out_unless_enabled(upstream, start_gateway, caplog):
+    caplog.set_level(logging.INFO, logger="sits.access")
+    quiet = await start_gateway(config(upstream.url, logs={"access_log": True}))
+    await sdk(quiet).chat.completions.create(model="m1", messages=[{"role": "user", "content": "my secret plan"}])
+    chatty = await start_gateway(config(upstream.url, logs={"access_log": True, "log_prompts": True}))
+    await sdk(chatty).chat.completions.create(model="m1", messages=[{"role": "user", "content": "my secret plan"}])
+    records = [r for r in caplog.records if r.name == "sits.access"]
+    assert len(records) == 2
+    assert records[0].model == "m1" and records[0].status == 200 and records[0].endpoint == "m1/ep-0"
+    assert not hasattr(records[0], "prompt")
+    assert "my secret plan" in records[1].prompt
