@@ -29,7 +29,7 @@ def _rows(path, rows):
     return path
 
 
-TRAIN = [{"prompt": p, "label": l} for p, l in [
+TRAIN = [{"prompt": p, "label": label} for p, label in [
     ("write a python function to sort a list", "coding"), ("fix this javascript bug", "coding"),
     ("implement a linked list class", "coding"), ("what is 12 times 7", "math"),
     ("solve for x: 2x + 3 = 7", "math"), ("compute the area of a circle of radius 2", "math"),
@@ -52,9 +52,9 @@ def test_intent_classify_text_and_file(tmp_path, capsys):
     assert first["label"] == "translation" and 0 < first["confidence"] <= 1
     f = _rows(tmp_path / "p.jsonl", [{"prompt": "Tell me a joke"}, {"prompt": "```\nx = 1\n```"}])
     assert _run(["intent", "classify", "--file", str(f), "--embedder", "charngram", "--json"]) == 0
-    lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == 2 and lines[1]["label"] == "coding"
-    assert all(set(l) == {"label", "confidence"} for l in lines)
+    assert all(set(row) == {"label", "confidence"} for row in lines)
 
 
 def test_router_train_and_eval(tmp_path, capsys):
@@ -76,3 +76,28 @@ def test_router_train_and_eval(tmp_path, capsys):
     # Only the hard half has a gap, so even the oracle's APGR is 0.75.
     assert out["apgr"] > out["baselines"]["oracle"]["apgr"] - 0.05 > out["baselines"]["random"]["apgr"]
     assert out["frontier"] and all(set(p) == {"cost", "quality"} for p in out["frontier"])
+
+
+@pytest.mark.parametrize(("min_margin", "share"), [(1.0, 1.0), (0.0, 0.0)])
+def test_intent_eval_cascade_reports_escalations(tmp_path, capsys, min_margin, share):
+    code = _run(["intent", "eval", "--train", str(_rows(tmp_path / "tr.jsonl", TRAIN)),
+                 "--test", str(_rows(tmp_path / "te.jsonl", TEST)), "--embedder", "cascade",
+                 "--min-margin", str(min_margin), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["accuracy"] == 1.0
+    assert out["escalated"] == {"prompts": int(share * len(TEST)), "share": share, "min_margin": min_margin}
+
+
+def test_intent_tune_sweeps_and_chooses_a_bar(tmp_path, capsys):
+    rows = TRAIN + [{"prompt": f"{r['prompt']} please", "label": r["label"]} for r in TRAIN]
+    code = _run(["intent", "tune", "--train", str(_rows(tmp_path / "tr.jsonl", rows)), "--target", "0.5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["rows"] == len(rows) and out["target"] == 0.5
+    assert out["chosen"] == next(p["min_margin"] for p in out["points"] if p["accuracy"] >= 0.5)
+
+
+def test_intent_tune_rejects_one_model_twice(capsys):
+    from sits.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'fast' and 'accurate' must be different"):
+        _run(["intent", "tune", "--fast", "e5", "--accurate", "e5"])

@@ -40,6 +40,16 @@ def add_intent_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     ev.add_argument("--json", action="store_true", help="print {accuracy, macro_f1, per_label, escalated?}")
     ev.set_defaults(run=_intent_eval)
 
+    tune = sub.add_parser("tune", help="cross-validated sweep of the cascade's margin bar on training rows")
+    tune.add_argument("--train", type=Path, help="JSONL rows {prompt, label} (default: the packaged default "
+                                                 "domains' examples and descriptions)")
+    tune.add_argument("--fast", default="charngram", help="the cascade's fast embedder (default charngram)")
+    tune.add_argument("--accurate", default="e5", help="the cascade's accurate embedder (default e5)")
+    tune.add_argument("--target", type=float, default=0.924,
+                      help="choose the smallest bar whose cross-validated accuracy reaches this (default 0.924)")
+    tune.add_argument("--json", action="store_true", help="print the sweep and the choice as JSON")
+    tune.set_defaults(run=_intent_tune)
+
 
 def add_router_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     router = subparsers.add_parser("router", help="learned quality router: train and evaluate")
@@ -151,6 +161,39 @@ def _intent_eval(args: argparse.Namespace) -> int:
     print(f"{'label':<30}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>9}")
     for label, s in report.per_label.items():
         print(f"{label:<30}{s.precision:>10.3f}{s.recall:>10.3f}{s.f1:>10.3f}{s.support:>9}")
+    return 0
+
+
+def _intent_tune(args: argparse.Namespace) -> int:
+    from sits.understanding.cascade_tuning import cross_validated_sweep
+    from sits.understanding.domains import load_domains
+
+    cfg = _config("cascade")
+    try:
+        cfg.cascade.model_validate({"fast": args.fast, "accurate": args.accurate})
+    except ValueError as exc:
+        raise ConfigError(f"bad option: {exc}") from None
+    if args.train:
+        rows = [(str(r["prompt"]), str(r["label"])) for r in _read_rows(args.train, ("prompt", "label"))]
+    else:
+        rows = [(t, d.name) for d in load_domains(None)
+                for t in (*d.examples, *((d.description,) if d.description else ()))]
+    from sits.understanding.embedders import make_embedder
+
+    sweep = cross_validated_sweep([t for t, _ in rows], [label for _, label in rows], make_embedder(args.fast),
+                                  make_embedder(args.accurate), _cache_dir())
+    chosen = sweep.choose(args.target)
+    if args.json:
+        print(json.dumps({**sweep.as_json(), "target": args.target,
+                          "chosen": None if chosen is None else chosen.min_margin}))
+        return 0
+    print(f"{sweep.rows} rows, 5-fold x {sweep.seeds} seeds: {args.fast} {sweep.fast_accuracy:.4f}, "
+          f"{args.accurate} {sweep.accurate_accuracy:.4f}")
+    print(f"{'min_margin':>10}{'escalated':>11}{'accuracy':>10}{'kept fast acc':>15}")
+    for p in sweep.points:
+        print(f"{p.min_margin:>10.2f}{p.escalated:>11.3f}{p.accuracy:>10.4f}{p.kept_fast_accuracy:>15.4f}")
+    print(f"chosen min_margin: {'none reaches the target' if chosen is None else chosen.min_margin} "
+          f"(smallest bar with cross-validated accuracy >= {args.target})")
     return 0
 
 
