@@ -33,8 +33,7 @@ def with_documents(messages: Sequence[dict[str, Any]], rendered: dict[str, str],
                 content = "\n\n".join(str(p.get("text", "")) for p in parts)
             else:
                 content = parts
-        out.append({"role": message.get("role", "user"), "content": content,
-                    **({"name": message["name"]} if "name" in message else {})})
+        out.append({**message, "content": content})  # tool_calls, tool_call_id, name... pass as sent
     return out
 
 
