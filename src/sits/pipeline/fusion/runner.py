@@ -118,14 +118,14 @@ class WorkflowRunner:
         run = _Run(name, spec, request, self._clock(), self._clock)
         messages = chat["messages"]
         rendered, documents = await self._parse(run, messages)
-        source = await asyncio.to_thread(  # every quantity of every page: regex work, off the loop
-            SourceFacts.build, "\n".join([prompts.client_text(messages), *(p for d in documents for p in d.pages)]),
-            tuple(t for d in documents for t in d.tables))
         source_text = "\n\n".join([*rendered.values(), prompts.client_text(messages)])
         step = spec.generate
         drafts = await self._generate(run, step, prompts.with_documents(messages, rendered, step.instructions), chat)
         ask = prompts.question(messages)
         if spec.verify is not None:
+            source = await asyncio.to_thread(  # every quantity of every page: regex work, off the loop
+                SourceFacts.build, "\n".join([prompts.client_text(messages), *(p for d in documents for p in d.pages)]),
+                tuple(t for d in documents for t in d.tables)) if spec.verify.symbolic else SourceFacts.build("")
             drafts = await self._verify(run, spec.verify, drafts, source, source_text, ask)
         choice = await self._aggregate(run, drafts, source_text, ask)
         calibration = CalibrationMap.from_points(spec.calibration.points) if spec.calibration else (
