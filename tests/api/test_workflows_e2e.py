@@ -377,3 +377,31 @@ async def test_workflows_answer_chat_only_and_uploads_need_a_form(drafters, star
         form.add_field("file", b"Revenue 1,000", filename="notes.txt", content_type="text/plain")
         async with session.post(base_url(gateway) + "/v1/files", data=form) as raw:
             assert raw.status == 422 and (await raw.json())["error"]["param"] == "purpose"
+
+
+async def test_workflow_steps_are_traced_under_the_request(drafters, report, start_gateway):
+    from tests.otlp_receiver import OtlpReceiver
+
+    good, bad = drafters
+    receiver = OtlpReceiver()
+    await receiver.start()
+    try:
+        gateway = await start_gateway(fusion_config(good, bad) | {"telemetry": {"tracing": {"endpoint": receiver.url}}})
+        await sdk(gateway).chat.completions.create(model="workflow:fin-check", messages=ask_with(pdf_part(report.pdf)))
+        spans = await receiver.wait_for(lambda s: sum(x.kind == 3 for x in s) >= 2 and any(x.kind == 2 for x in s))
+    finally:
+        await receiver.stop()
+    by_name: dict[str, list[Any]] = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+    server = by_name["POST /v1/chat/completions"][0]
+    stages = ["sits.workflow.parse", "sits.workflow.generate", "sits.workflow.verify", "sits.workflow.aggregate"]
+    assert all(by_name[name][0].parent_span_id == server.span_id for name in stages)
+    calls = by_name["sits.workflow.call"]
+    assert sorted(c.attributes["gen_ai.request.model"] for c in calls) == ["careful", "sloppy"]
+    assert all(c.parent_span_id == server.span_id for c in calls)
+    # each model call's upstream attempt hangs under that call's span
+    attempts = {s.attributes["sits.model"]: s for s in spans if s.kind == 3}
+    call_of = {c.attributes["gen_ai.request.model"]: c for c in calls}
+    assert attempts["careful"].parent_span_id == call_of["careful"].span_id
+    assert attempts["sloppy"].parent_span_id == call_of["sloppy"].span_id

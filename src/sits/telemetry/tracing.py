@@ -69,6 +69,14 @@ class RequestTrace:
             return None
         return self._tracer.start_span(STAGE_SPAN_PREFIX + name, context=self.context, attributes=attributes)
 
+    def within(self, span: Span | None) -> RequestTrace:
+        """This request's trace with `span` as the parent of what follows (e.g. a workflow step's calls)."""
+        if span is None:
+            return self
+        child = RequestTrace(self._tracer, self.root, trace.set_span_in_context(span, self.context))
+        child._baggage = self._baggage
+        return child
+
     def attempt(self, operation: str, upstream_model: str, attributes: Mapping[str, Any]) -> tuple[Span | None, bytes]:
         """A CLIENT span for one upstream attempt, and the header lines that carry it upstream."""
         if self.recording:

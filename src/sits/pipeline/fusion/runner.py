@@ -9,7 +9,8 @@ drafts it has; a call whose worst-case cost would pass `max_cost_usd` is not mad
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +38,7 @@ from sits.pipeline.fusion.step_call import CHAT, CallAnswer, StepDirector, actua
 from sits.pipeline.fusion.symbolic_guard import SymbolicGuard
 from sits.pipeline.fusion.uploads import UploadStore
 from sits.state.routing_table import RoutingTable
+from sits.telemetry.tracing import end_span
 from sits.understanding.intent_routes import IntentRoute
 
 # Client fields a generation step inherits unless the step sets its own.
@@ -117,17 +119,23 @@ class WorkflowRunner:
         chat = orjson.loads(body)
         run = _Run(name, spec, request, self._clock(), self._clock)
         messages = chat["messages"]
-        rendered, documents = await self._parse(run, messages)
+        with _step_span(run, "parse"):
+            rendered, documents = await self._parse(run, messages)
         source_text = "\n\n".join([*rendered.values(), prompts.client_text(messages)])
         step = spec.generate
-        drafts = await self._generate(run, step, prompts.with_documents(messages, rendered, step.instructions), chat)
+        with _step_span(run, "generate"):
+            drafts = await self._generate(run, step, prompts.with_documents(messages, rendered, step.instructions),
+                                          chat)
         ask = prompts.question(messages)
         if spec.verify is not None:
-            source = await asyncio.to_thread(  # every quantity of every page: regex work, off the loop
-                SourceFacts.build, "\n".join([prompts.client_text(messages), *(p for d in documents for p in d.pages)]),
-                tuple(t for d in documents for t in d.tables)) if spec.verify.symbolic else SourceFacts.build("")
-            drafts = await self._verify(run, spec.verify, drafts, source, source_text, ask)
-        choice = await self._aggregate(run, drafts, source_text, ask)
+            with _step_span(run, "verify"):
+                source = await asyncio.to_thread(  # every quantity of every page: regex work, off the loop
+                    SourceFacts.build,
+                    "\n".join([prompts.client_text(messages), *(p for d in documents for p in d.pages)]),
+                    tuple(t for d in documents for t in d.tables)) if spec.verify.symbolic else SourceFacts.build("")
+                drafts = await self._verify(run, spec.verify, drafts, source, source_text, ask)
+        with _step_span(run, "aggregate"):
+            choice = await self._aggregate(run, drafts, source_text, ask)
         calibration = CalibrationMap.from_points(spec.calibration.points) if spec.calibration else (
             self._default_calibration if spec.verify is not None and spec.verify.symbolic else CalibrationMap.identity())
         chosen = choice.candidate
@@ -309,10 +317,18 @@ class WorkflowRunner:
         request_id = f"{run.request.request_id}~{call_id}"
         self._live_steps.add(request_id)
         t0 = self._clock()
+        trace = run.request.trace
+        span = trace.stage("workflow.call", {"sits.workflow": run.name, "sits.workflow.call": call_id,
+                                             "gen_ai.request.model": model}) if trace is not None else None
+        parent = replace(run.request, trace=trace.within(span)) if trace is not None else run.request
         try:
-            answer = await call_model(self._director, run.request, request_id, model, messages, params)
+            answer = await call_model(self._director, parent, request_id, model, messages, params)
+        except BaseException as exc:
+            end_span(span, getattr(exc, "message", None) or type(exc).__name__)
+            raise
         finally:
             self._live_steps.discard(request_id)
+        end_span(span, attributes={"gen_ai.response.model": answer.model, "sits.endpoint": answer.endpoint})
         return answer, run.ms_since(t0)
 
     def _account(self, run: _Run, answer: CallAnswer) -> float:
@@ -328,3 +344,15 @@ class WorkflowRunner:
         assert ref.intent is not None
         return self._intent_models[ref.intent]
 
+
+@contextmanager
+def _step_span(run: _Run, name: str) -> Iterator[None]:
+    """A `sits.workflow.<name>` span around one stage of a run (when the request is traced)."""
+    trace = run.request.trace
+    span = trace.stage(f"workflow.{name}", {"sits.workflow": run.name}) if trace is not None else None
+    try:
+        yield
+    except BaseException as exc:
+        end_span(span, getattr(exc, "message", None) or type(exc).__name__)
+        raise
+    end_span(span)
