@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -43,6 +44,18 @@ def test_a_predicate_filter_keeps_exactly_what_its_predicate_keeps(name, seed):
             assert kept == strict
         else:
             assert kept in ([], list(endpoints))  # fail-open keeps all, or nothing
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in P.scorers.items() if hasattr(cls, "abstains")))
+@pytest.mark.parametrize("seed", range(30))
+def test_a_scorer_abstains_only_when_every_score_is_zero(name, seed):
+    scorer = P.create("scorer", name)
+    endpoints = views(1 + seed % 9, seed)
+    rng = random.Random(seed)
+    request = dataclasses.replace(rich_request(rng), adapter_endpoints=frozenset(
+        e.id for e in endpoints if rng.random() < 0.5) if seed % 2 else frozenset())
+    if scorer.abstains(request):
+        assert list(scorer.score(request, endpoints)) == [0.0] * len(endpoints)
 
 
 def test_nan_that_min_and_max_miss_is_clamped_through_the_totals():

@@ -27,6 +27,16 @@ def small() -> Scenario:
     })
 
 
+@pytest.mark.parametrize("path", sorted(EXAMPLE.parent.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_example_scenario_has_1024_endpoints_and_the_five_strategies(path):
+    scenario = load_scenario(path)
+    assert scenario.total_endpoints() >= 1000
+    assert scenario.workload.requests_per_run * len(scenario.workload.load_levels) * len(scenario.strategies) \
+        == 10_000_000
+    assert set(scenario.strategies) == {"round-robin", "weighted-least-connections", "dynamic-weight",
+                                        "p2c-peak-ewma", "sits-default"}
+
+
 def test_runs_are_deterministic_given_the_seed():
     a = simulate_run(small(), "p2c-peak-ewma", 0.7)
     b = simulate_run(small(), "p2c-peak-ewma", 0.7)

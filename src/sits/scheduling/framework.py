@@ -34,8 +34,9 @@ class Filter(Protocol):
 
 
 class Scorer(Protocol):
-    """A scorer; one that must see certain endpoints of a sampled pool also has
-    `pinned(request, endpoints) -> indices` (candidate_sample.py)."""
+    """A scorer. Optional: `pinned(request, endpoints) -> indices`, the endpoints a sampled decision
+    must include (candidate_sample.py); `abstains(request) -> bool`, True when every score would be 0
+    for this request (no prefix, no adapter asked for), so the framework need not call it."""
 
     name: str
 
@@ -127,10 +128,11 @@ class Profile:
     scorers: tuple[WeightedScorer, ...]
     picker: Picker
     sample: CandidateSample | None = None
-    _scorers: tuple[tuple[Scorer, float], ...] = field(init=False, repr=False, compare=False)
+    _scorers: tuple = field(init=False, repr=False, compare=False)  # (scorer, weight, its `abstains` or None)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_scorers", tuple((ws.scorer, ws.weight) for ws in self.scorers))
+        object.__setattr__(self, "_scorers", tuple((ws.scorer, ws.weight, getattr(ws.scorer, "abstains", None))
+                                                   for ws in self.scorers))
 
     def run(
         self,
@@ -141,7 +143,7 @@ class Profile:
         limit: int = DEFAULT_PICK_LIMIT,
     ) -> Decision:
         # Plugin timings on one decision in `metrics.timed_every` (each timed decision times every plugin).
-        timed = metrics is not None and metrics.should_time()
+        timed = metrics is not None and metrics.decision(self.name)
         if self.sample is not None and self.sample.applies(endpoints):
             sampled = self.sample.draw(request, endpoints, rng, self.scorers)
             decision = self._decide(request, sampled, rng, metrics, timed, limit, len(endpoints))
@@ -179,8 +181,6 @@ class Profile:
             if metrics is not None:
                 metrics.no_candidate(self.name, emptied)
             return Decision((), self.name, f"no endpoint passed {emptied}", rejected_by=emptied)
-        if metrics is not None:
-            metrics.decided(self.name)
         if len(remaining) == 1:
             why = "only endpoint" if len(endpoints) == 1 else "single candidate"
             return Decision((remaining[0],), self.name, why, remaining)
@@ -188,7 +188,10 @@ class Profile:
         timer = metrics.timer if timed else None  # type: ignore[union-attr]
         totals: list[float] | None = None
         explained = []
-        for scorer, w in self._scorers:
+        for scorer, w, abstains in self._scorers:
+            if abstains is not None and abstains(request):
+                explained.append(ScorerScores(scorer.name, w, [0.0] * n))  # all 0: adds nothing
+                continue
             if timer is None:
                 scores = scorer.score(request, remaining)
             else:
@@ -210,7 +213,7 @@ class Profile:
             if hi == 0.0 and lo == 0.0 and not sum(scores):
                 continue  # all 0 (no prefix, no adapter asked for): adds nothing to any total
             if totals is None:
-                totals = list(scores) if w == 1.0 else [w * s for s in scores]
+                totals = scores if w == 1.0 else [w * s for s in scores]  # type: ignore[assignment]
             elif w == 1.0:
                 totals = list(map(add, totals, scores))
             else:

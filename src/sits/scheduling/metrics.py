@@ -39,11 +39,13 @@ class SchedulingMetrics:
         self._ns: dict[str, int] = {}
         self._clamped: dict[str, int] = {}
         self._broken: dict[str, int] = {}
-        self.decisions: dict[str, int] = {}  # by profile
+        self.decisions: dict[str, int] = {}  # by profile, every decision (empty ones too)
         self.empty: dict[tuple[str, str], int] = {}  # (profile, filter) that left no candidate
 
-    def should_time(self) -> bool:
-        """Whether this decision times its plugins: the first, then one in `timed_every`."""
+    def decision(self, profile: str) -> bool:
+        """Count one decision of `profile`; True if it is to time its plugins (the first, then one in
+        `timed_every`)."""
+        self.decisions[profile] = self.decisions.get(profile, 0) + 1
         tick = self._tick
         self._tick = tick + 1 if tick + 1 < self.timed_every else 0
         return tick == 0
@@ -57,9 +59,6 @@ class SchedulingMetrics:
 
     def broken(self, plugin: str) -> None:
         self._broken[plugin] = self._broken.get(plugin, 0) + 1
-
-    def decided(self, profile: str) -> None:
-        self.decisions[profile] = self.decisions.get(profile, 0) + 1
 
     def no_candidate(self, profile: str, filter_name: str) -> None:
         key = (profile, filter_name)

@@ -20,6 +20,9 @@ class AdapterAffinityScorer:
     def __init__(self, params: NoParams | None = None) -> None:
         pass
 
+    def abstains(self, request: SchedulingRequest) -> bool:
+        return not request.adapter_endpoints  # no adapter asked for: every score is 0
+
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         loaded = request.adapter_endpoints
         if not loaded:

@@ -57,6 +57,9 @@ class PrefixAffinityScorer:
         self._seen_once: dict[tuple, None] = {}  # endpoint sets met once, not yet worth a ring
         self._counts: dict[tuple[float, ...], tuple[int, ...] | None] = {}  # weights -> vnode counts
 
+    def abstains(self, request: SchedulingRequest) -> bool:
+        return request.prefix_hash is None  # no prefix: every score is 0
+
     def score(self, request: SchedulingRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         n = len(endpoints)
         scores = [0.0] * n
@@ -65,9 +68,10 @@ class PrefixAffinityScorer:
             return scores
         key &= _MASK
         weights = tuple([e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints])
-        shape = (tuple(map(_ID, endpoints)), self._vnode_counts(weights))
+        counts = self._vnode_counts(weights)
+        shape = (tuple(map(_ID, endpoints)), counts)
         loads = [e.in_flight for e in endpoints]
-        bounds = self._bounds(weights, sum(loads) + 1)
+        bounds = self._bounds(weights, counts is None, sum(loads) + 1)
         ring = self._rings.get(shape)
         if ring is None and shape not in self._seen_once:
             # A set seen for the first time (a random sample of a large pool is seen only once):
@@ -115,9 +119,9 @@ class PrefixAffinityScorer:
             self._counts[weights] = counts
         return counts
 
-    def _bounds(self, weights: tuple[float, ...], total_load: int) -> list[int]:
+    def _bounds(self, weights: tuple[float, ...], equal: bool, total_load: int) -> list[int]:
         """Each endpoint's load bound: ceil(c x total load x its share of the total weight)."""
-        if self._counts.get(weights) is None:  # equal weights (the vnode counts were just looked up)
+        if equal:
             return [math.ceil(self._c * total_load / len(weights))] * len(weights)
         unit = self._c * total_load / sum(weights)
         return [math.ceil(unit * w) for w in weights]
