@@ -78,7 +78,7 @@ def timed(fn, data: bytes, reps: int) -> float:
 
 
 def codec_rows(label: str, serialized: bytes) -> list[dict]:
-    reps = 200 if len(serialized) < 10_000 else 30 if len(serialized) < 500_000 else 10
+    reps = 200 if len(serialized) < 10_000 else 50 if len(serialized) < 500_000 else 30
     gz = gzip.compress(serialized, compresslevel=6, mtime=0)
     lz = lz4.frame.compress(serialized)
     rows = [{"size": label, "codec": "none", "bytes": len(serialized), "ratio": 1.0, "compress_us": 0.0,
