@@ -105,6 +105,11 @@ def understanding_config(raw: dict[str, Any]) -> UnderstandingConfig:
     return _section(UnderstandingConfig, {"enabled": False, **raw}, "understanding")
 
 
+def replica_id(base: str, settings: Settings) -> str:
+    """Each `--workers` process is a replica of its own (own clock, own snapshot), stable across restarts."""
+    return base if settings.worker_index is None else f"{base}#w{settings.worker_index}"
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -229,7 +234,8 @@ class Gateway:
         tokenizer_routes = TokenizerRoutes(self.tokenizers, self.routing_table, admin_guard)
         # Replicated aliases and state (docs/replication.md); a cluster of one without a transport.
         self.cluster = ClusterNode(
-            config.cluster, config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings.data_dir,
+            config.cluster, replica_id(config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings),
+            settings.data_dir,
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed))
         self.cluster.attach_registry(self.registry)  # models registered at runtime replicate too
         self.cluster.attach_breakers(self._breakers)  # so do circuit openings and closings

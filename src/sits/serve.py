@@ -57,7 +57,8 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
         for m in config.models
     ]})
     ctx = multiprocessing.get_context("spawn")
-    children = [ctx.Process(target=_child, args=(settings, shared), daemon=False) for _ in range(settings.workers)]
+    children = [ctx.Process(target=_child, args=(settings.with_overrides(worker_index=i), shared), daemon=False)
+                for i in range(settings.workers)]
     for child in children:
         child.start()
     stop = asyncio.Event()

@@ -17,6 +17,7 @@ class Settings:
     port: int | None = None
     config_path: Path | None = None
     workers: int = 1
+    worker_index: int | None = None  # set by `--workers N` for each gateway process (0..N-1), never from the env
     log_level: str = "info"
     log_format: str = "json"  # json or text
     # OpenTelemetry: the standard OTLP endpoint variable, and the sampling ratio (None: by environment).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import time
 from contextvars import ContextVar
 
 import orjson
@@ -27,6 +28,8 @@ def redact(text: str) -> str:
 
 
 class JsonFormatter(logging.Formatter):
+    converter = time.gmtime  # the "Z" in the timestamp means UTC
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",

@@ -36,7 +36,7 @@ class SnapshotFile:
     def save(self, doc: ClusterDoc, origin: str) -> None:
         """Atomic and durable: a crash leaves the old file or the new one, never a torn one."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")  # never shared by two processes
         with open(tmp, "wb") as f:
             f.write(encode(doc, origin))
             f.flush()
