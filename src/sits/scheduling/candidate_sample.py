@@ -24,9 +24,6 @@ class CandidateSample:
     above: int  # pools with more endpoints than this are sampled
     size: int  # d: endpoints drawn at random (plus any a scorer pins)
 
-    def applies(self, endpoints: Sequence[EndpointView]) -> bool:
-        return len(endpoints) > self.above
-
     def draw(self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random,
              scorers: Sequence) -> list[EndpointView]:
         """`size` endpoints drawn without replacement plus the pinned ones, in pool order."""

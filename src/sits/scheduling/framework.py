@@ -81,10 +81,15 @@ class Decision(NamedTuple):
     profile: str
     reason: str
     scored: Sequence[EndpointView] = ()  # the endpoints that survived the filters
-    scores: tuple[ScorerScores, ...] = ()
+    raw_scores: tuple[tuple[str, float, Sequence[float]], ...] = ()  # (scorer, weight, scores); see `scores`
     totals: Sequence[float] = ()
     shadows: tuple[Decision, ...] = ()  # shadow profiles' decisions: recorded, never used
     rejected_by: str | None = None  # the filter that left no candidate, if one did
+
+    @property
+    def scores(self) -> tuple[ScorerScores, ...]:
+        """Each scorer's clamped scores over `scored` (built on demand: most decisions are never explained)."""
+        return tuple(ScorerScores(*t) for t in self.raw_scores)
 
     @property
     def pick(self) -> str | None:
@@ -144,8 +149,9 @@ class Profile:
     ) -> Decision:
         # Plugin timings on one decision in `metrics.timed_every` (each timed decision times every plugin).
         timed = metrics is not None and metrics.decision(self.name)
-        if self.sample is not None and self.sample.applies(endpoints):
-            sampled = self.sample.draw(request, endpoints, rng, self.scorers)
+        sample = self.sample
+        if sample is not None and len(endpoints) > sample.above:
+            sampled = sample.draw(request, endpoints, rng, self.scorers)
             decision = self._decide(request, sampled, rng, metrics, timed, limit, len(endpoints))
             if decision is not None:
                 return decision
@@ -190,7 +196,7 @@ class Profile:
         explained = []
         for scorer, w, abstains in self._scorers:
             if abstains is not None and abstains(request):
-                explained.append(ScorerScores(scorer.name, w, [0.0] * n))  # all 0: adds nothing
+                explained.append((scorer.name, w, [0.0] * n))  # all 0: adds nothing
                 continue
             if timer is None:
                 scores = scorer.score(request, remaining)
@@ -209,7 +215,7 @@ class Profile:
                 if metrics is not None:
                     metrics.clamped(scorer.name)
                 lo, hi = min(scores), max(scores)
-            explained.append(ScorerScores(scorer.name, w, scores))
+            explained.append((scorer.name, w, scores))
             if hi == 0.0 and lo == 0.0 and not sum(scores):
                 continue  # all 0 (no prefix, no adapter asked for): adds nothing to any total
             if totals is None:
@@ -230,9 +236,8 @@ class Profile:
             t0 = timer()
             ordered = self.picker.pick(totals, remaining, rng, limit)
             metrics.observe(self.picker.name, timer() - t0)  # type: ignore[union-attr]
-        first = ordered[0]
-        # identity, not ==: comparing frozen views field by field costs more than the whole decision
-        best = next(totals[i] for i, e in enumerate(remaining) if e is first) if self.scorers else None
+        # by identity, not ==: comparing frozen views field by field costs more than the whole decision
+        best = totals[list(map(id, remaining)).index(id(ordered[0]))] if self.scorers else None
         reason = self.picker.name if best is None else f"{self.picker.name} score {best:.3f} of {n}"
         if sampled_from:
             reason += f" sampled from {sampled_from}"
@@ -244,8 +249,7 @@ def _clamped(scores: Sequence[float]) -> list[float]:
     return [0.0 if s != s else (1.0 if s > 1.0 else (0.0 if s < 0.0 else s)) for s in scores]
 
 
-def _without_nan(explained: list[ScorerScores], n: int,
-                 metrics: SchedulingMetrics | None) -> tuple[list[ScorerScores], list[float]]:
+def _without_nan(explained: list, n: int, metrics: SchedulingMetrics | None) -> tuple[list, list[float]]:
     """The rare path: scores with a NaN that min/max did not see, clamped, and the totals again."""
     fixed, totals = [], [0.0] * n
     for name, w, scores in explained:
@@ -253,6 +257,6 @@ def _without_nan(explained: list[ScorerScores], n: int,
             scores = _clamped(scores)
             if metrics is not None:
                 metrics.clamped(name)
-        fixed.append(ScorerScores(name, w, scores))
+        fixed.append((name, w, scores))
         totals = [t + w * s for t, s in zip(totals, scores)]
     return fixed, totals

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from pydantic import Field
 
@@ -44,7 +45,12 @@ class SlaFilter:
         default_ms = self._default_ms
         if request_ms:
             kept = [e for e in endpoints if e.latency_p95_s * 1000.0 <= request_ms]
+        elif default_ms is None and not any(map(_SLA_MS, endpoints)):
+            return endpoints  # no SLA anywhere: nothing to check (a C-level pass)
         else:
             kept = [e for e in endpoints
                     if (bound := e.sla_ms or default_ms) is None or e.latency_p95_s * 1000.0 <= bound]
         return kept or (endpoints if self._fail_open else kept)
+
+
+_SLA_MS = attrgetter("sla_ms")
