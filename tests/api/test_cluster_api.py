@@ -180,7 +180,7 @@ async def test_sits_cluster_status_and_switch_cli(upstream, upstream_b, start_ga
 async def test_a_switch_that_cannot_be_persisted_is_not_applied(upstream, upstream_b, start_gateway, tmp_path):
     gateway = await start_gateway(versions_config(upstream.url, upstream_b.url), secrets=ADMIN,
                                   data_dir=tmp_path / "solo-data")
-    (tmp_path / "solo-data" / "cluster" / "solo.json.tmp").mkdir(parents=True)  # the atomic write cannot happen
+    (tmp_path / "solo-data" / "cluster" / "solo.json").mkdir(parents=True)  # the atomic rename cannot happen
     status, error = await call(gateway, "POST", "/v1/aliases/chat-default/switch", {"to": "chat@v2"})
     assert status == 500 and "not applied" in error["error"]["message"]
     _, listing = await call(gateway, "GET", "/v1/aliases")

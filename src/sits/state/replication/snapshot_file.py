@@ -37,8 +37,12 @@ class SnapshotFile:
         """Atomic and durable: a crash leaves the old file or the new one, never a torn one."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")  # never shared by two processes
-        with open(tmp, "wb") as f:
-            f.write(encode(doc, origin))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(encode(doc, origin))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
