@@ -27,6 +27,7 @@ from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import AUTO_MODEL, Director
 from sits.pipeline.exchange import Exchange
+from sits.pipeline.stream_resume import CHAT_API, partial_answer
 from sits.pipeline.fusion import render as workflow_render
 from sits.pipeline.fusion.result import WorkflowResult
 from sits.state.routing_table import RoutingTable
@@ -38,8 +39,10 @@ _SEEN_UNKNOWN_LIMIT = 256
 
 class OpenAIRoutes:
     def __init__(self, director: Director, table: Callable[[], RoutingTable], created: int,
-                 admission: Admission | None = None, observer: RequestObserver | None = None) -> None:
+                 admission: Admission | None = None, observer: RequestObserver | None = None,
+                 resume_streams: bool = False) -> None:
         self._director = director
+        self._resume_streams = resume_streams
         self._observer = observer
         self._admission = admission
         self._table = table
@@ -122,7 +125,8 @@ class OpenAIRoutes:
         if exchange.intent:
             headers.append((b"x-sits-intent", exchange.intent.encode("latin-1", "replace")))
         if stream:
-            return StreamingResponse(200, self._relay_stream(exchange, api, seen, prompt_text), headers=headers)
+            resume = (routing, request.body) if self._resume_streams and api == CHAT_API else None
+            return StreamingResponse(200, self._relay_stream(exchange, api, seen, prompt_text, resume), headers=headers)
         try:
             payload = await exchange.read()
         except SitsError as exc:
@@ -147,38 +151,56 @@ class OpenAIRoutes:
 
 
     async def _relay_stream(self, exchange: Exchange, api: str, seen: Observation | None = None,
-                            prompt: str = "") -> AsyncIterator[bytes]:
-        """Relay upstream SSE bytes as they come. A stream that breaks gets an SSE error event and
-        ends without `[DONE]`, so a client can never mistake a cut answer for a complete one."""
+                            prompt: str = "", resume: tuple[RoutingRequest, bytes] | None = None,
+                            ) -> AsyncIterator[bytes]:
+        """Relay upstream SSE bytes as they come. A stream that breaks is resumed on another endpoint
+        or fallback model when `resume` is given (the client's request and body) and one can go on
+        from the partial answer; otherwise it gets an SSE error event and ends without `[DONE]`, so a
+        client can never mistake a cut answer for a complete one."""
         tail = b""
         last = b""  # the last chunk before [DONE]: where include_usage puts the usage event
         accumulator = CompletionAccumulator(api) if exchange.cache_key is not None else None
         gaps = seen.inter_token(exchange.model, exchange.endpoint.id) if seen is not None else None
+        sent: list[bytes] | None = [] if resume is not None else None  # references only: parsed if it breaks
         previous = 0.0
         status = 499  # until the stream ends one way or the other: the client went away
         try:
-            async for chunk in exchange.chunks():
-                tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
-                if accumulator is not None:
-                    accumulator.feed(chunk)
-                if gaps is not None:
-                    now = perf_counter()
-                    if previous:
-                        gaps.observe(now - previous)
-                    previous = now
-                    if b'"usage":{' in chunk:
-                        last = chunk
-                yield chunk
-            if b"[DONE]" not in tail:
-                raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
-            status = 200
-        except SitsError as exc:
-            status = exc.http_status
-            if seen is not None:
-                seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
-                            exchange.first_byte_at, None, status=status, prompt=prompt, error=exc.message)
-            yield _error_event(exchange, exc)
-            return
+            while True:
+                try:
+                    async for chunk in exchange.chunks():
+                        tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
+                        if accumulator is not None:
+                            accumulator.feed(chunk)
+                        if sent is not None:
+                            sent.append(chunk)
+                        if gaps is not None:
+                            now = perf_counter()
+                            if previous:
+                                gaps.observe(now - previous)
+                            previous = now
+                            if b'"usage":{' in chunk:
+                                last = chunk
+                        yield chunk
+                    if b"[DONE]" not in tail:
+                        raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
+                    status = 200
+                    break
+                except SitsError as exc:
+                    resumed = None
+                    if resume is not None and sent is not None:
+                        resumed = await self._director.resume(resume[0], resume[1], exchange, partial_answer(sent))
+                    if resumed is None:
+                        status = exc.http_status
+                        if seen is not None:
+                            seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
+                                        exchange.first_byte_at, None, status=status, prompt=prompt, error=exc.message)
+                        yield _error_event(exchange, exc)
+                        return
+                    log.warning("stream from %s broke (%s); resumed on %s", exchange.endpoint.id, exc.message,
+                                resumed.endpoint.id)
+                    # An SSE comment: clients skip it, a person reading the wire sees the splice.
+                    yield f": sits resumed the answer on {resumed.endpoint.id} after {exc.code}\n\n".encode()
+                    exchange, accumulator = resumed, None  # a spliced answer is never cached
         finally:
             if seen is not None:  # no-op when already recorded above
                 seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,

@@ -139,6 +139,9 @@ class ResilienceConfig(_Strict):
     breaker_open_s: PositiveFloat = 5.0
     # The last step of every fallback chain: this text, as a normal answer marked `x-sits-fallback: static-template`.
     static_answer: Annotated[str, Field(min_length=1, max_length=4000)] | None = None
+    # A chat stream that breaks after part of the answer went out goes on from that partial answer on
+    # another endpoint or fallback model (assistant prefix), instead of ending with an error event.
+    resume_streams: bool = False
 
 
 class GatewayConfig(_Strict):

@@ -22,6 +22,7 @@ from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
 from sits.pipeline.scheduling_hints import SchedulingHints
+from sits.pipeline.stream_resume import CHAT_API, resume_body
 from sits.pipeline.fusion.result import WorkflowResult
 from sits.pipeline.fusion.runner import WorkflowRunner
 from sits.scheduling.framework import Decision
@@ -173,6 +174,29 @@ class Director:
     def remember(self, exchange: Exchange, completion: CachedCompletion | None) -> None:
         """A complete, good answer: keep it for the cache steps."""
         self._answers.remember(exchange.cache_key, completion)
+
+    async def resume(self, request: RoutingRequest, body: bytes, broken: Exchange, partial: str) -> Exchange | None:
+        """Continue a chat stream that broke after `partial` reached the client: on another endpoint of
+        the same model, then on its fallbacks, with the partial answer as an assistant prefix.
+        None when nothing can continue it (the caller then ends the stream with the error)."""
+        table = self._table()
+        model = table.models.get(broken.model)
+        if model is None or request.api != CHAT_API:
+            return None
+        counter = self._hints.counter(model) if self._hints is not None else None
+        continued = resume_body(body, partial, model.name, counter)
+        if continued is None:
+            return None
+        now = self._clock()
+        primary = self._plan(model, request, now, "primary")[0]
+        others = Plan(model, tuple(e for e in primary.endpoints if e.id != broken.endpoint.id), "primary")
+        try:
+            exchange = await self._chain.run(request, continued, self._plans(table, others, request, now))
+        except AttemptsFailed:
+            return None
+        if self._metrics is not None:
+            self._metrics.fallback(model.name, "resumed-stream")
+        return exchange
 
     def _plans(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float) -> Iterator[Plan]:
         """Best first: the chosen model, its configured fallbacks, then (used only after a

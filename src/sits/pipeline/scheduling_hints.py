@@ -23,6 +23,7 @@ import orjson
 from sits.scheduling.types import SchedulingRequest
 from sits.state.routing_table import ModelEntry, RoutingTable
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
+from sits.understanding.tokenizers.counter import TokenCounter
 from sits.understanding.tokenizers.translation import translate_request
 
 # Body fields that name or count tokens; a body without any of them needs no translation.
@@ -52,6 +53,10 @@ class SchedulingHints:
 
     def resolve(self, table: RoutingTable, name: str) -> ModelEntry | None:
         return self._resolve(table, name) if self._resolve is not None else None
+
+    def counter(self, model: ModelEntry) -> TokenCounter | None:
+        """The model's tokenizer, when one is loaded for its family."""
+        return self._tokenizers.counter_for(model.name, model.tokenizer_family) if self._tokenizers else None
 
     def hinted(self, model: ModelEntry, prompt_text: str, request: SchedulingRequest) -> SchedulingRequest:
         loaded = self._loaded_on(model) if self._loaded_on is not None else frozenset()

@@ -32,7 +32,7 @@ DECISION_REASONS = frozenset({
     "scheduled", "only-endpoint", "no-endpoint-ready", "cache-hit", "fallback-semantic-cache",
     "fallback-static-template", "auto-tier", "auto-intent", "auto-quality-router",
 })
-FALLBACK_KINDS = frozenset({"fallback", "larger-context", "semantic-cache", "static-template"})
+FALLBACK_KINDS = frozenset({"fallback", "larger-context", "semantic-cache", "static-template", "resumed-stream"})
 CACHE_RESULTS = frozenset({"exact-hit", "semantic-hit", "miss"})
 
 
