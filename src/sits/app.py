@@ -208,7 +208,7 @@ class Gateway:
                                      observer=observer, resume_streams=resilience.resume_streams)
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
         self.live_snapshot = LiveSnapshot(self.routing_table, self._stats, self._health, self._breakers,
-                                          self.admission, self._clock)
+                                          self.admission, self._clock, scheduling=self.scheduling_metrics)
         telemetry_routes = TelemetryRoutes(self.metrics, self.tracing, decisions, self.live_snapshot, admin_guard,
                                            lambda: self.registry.version, loopback_only=_is_loopback(self.host))
         health = HealthRoutes(self.readiness)

@@ -154,6 +154,10 @@ async def test_metrics_after_real_traffic(upstream, upstream_b, start_gateway):
     assert value(m, "sits_endpoint_in_flight_requests", model="m1", endpoint="m1/ep-0") == 0
     assert value(m, "sits_circuit_state", model="m1", endpoint="m1/ep-0", state="closed") == 1
     assert value(m, "sits_endpoint_available", model="backup", endpoint="backup/ep-0") == 1
+    # The scheduler's own counters: every decision counted, plugin calls timed one decision in N.
+    assert value(m, "sits_scheduler_decisions_total", profile="default") >= 6
+    assert value(m, "sits_scheduler_plugin_timed_calls_total", plugin="healthy-filter") >= 1
+    assert value(m, "sits_scheduler_plugin_timed_seconds_total", plugin="healthy-filter") > 0
 
 
 async def test_cache_hits_and_queue_wait_are_counted(upstream, start_gateway):

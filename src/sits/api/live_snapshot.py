@@ -9,13 +9,16 @@ from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import RoutingTable
-from sits.telemetry.live_state import EndpointRow, LiveState
+from sits.scheduling.metrics import SchedulingMetrics
+from sits.telemetry.live_state import EndpointRow, LiveState, PluginRow
 
 
 class LiveSnapshot:
     def __init__(self, table: Callable[[], RoutingTable], stats: StatsStore, health: HealthBoard,
                  breakers: CircuitBreakers, admission: Admission | None, clock: Callable[[], float],
-                 replication_lag: Callable[[], float | None] | None = None) -> None:
+                 replication_lag: Callable[[], float | None] | None = None,
+                 scheduling: SchedulingMetrics | None = None) -> None:
+        self._scheduling = scheduling
         self._table = table
         self._stats = stats
         self._health = health
@@ -48,4 +51,8 @@ class LiveSnapshot:
                 for cls in gate.classes:
                     queued[int(cls.priority)] = queued.get(int(cls.priority), 0) + cls.queued
         lag = self.replication_lag() if self.replication_lag is not None else None
-        return LiveState(tuple(rows), queued, lag)
+        s = self._scheduling
+        if s is None:
+            return LiveState(tuple(rows), queued, lag)
+        plugins = tuple(PluginRow(t.name, t.calls, t.total_ns, t.clamped, t.broken) for t in s.snapshot())
+        return LiveState(tuple(rows), queued, lag, plugins, dict(s.decisions), dict(s.empty))

@@ -36,10 +36,24 @@ class EndpointRow:
 
 
 @dataclass(frozen=True, slots=True)
+class PluginRow:
+    """One scheduling plugin's counters; its calls are timed one decision in N (scheduling/metrics.py)."""
+
+    plugin: str
+    timed_calls: int
+    timed_ns: int
+    clamped: int
+    broken: int
+
+
+@dataclass(frozen=True, slots=True)
 class LiveState:
     endpoints: tuple[EndpointRow, ...]
     admission_queued: dict[int, int] = field(default_factory=dict)  # priority -> waiting requests
     replication_lag_s: float | None = None  # None: replication is off
+    plugins: tuple[PluginRow, ...] = ()
+    decisions_by_profile: dict[str, int] = field(default_factory=dict)
+    empty_by_filter: dict[tuple[str, str], int] = field(default_factory=dict)  # (profile, filter) -> count
 
 
 class LiveStateCollector(Collector):
@@ -81,6 +95,33 @@ class LiveStateCollector(Collector):
         for priority, count in sorted(state.admission_queued.items()):
             queued.add_metric([str(priority)], count)
         yield queued
+        yield from _scheduler_families(state)
         if state.replication_lag_s is not None:
             yield GaugeMetricFamily("sits_replication_lag_seconds", "Seconds since this replica last merged "
                                     "state from its peers.", value=state.replication_lag_s)
+
+
+def _scheduler_families(state: LiveState) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    decisions = CounterMetricFamily("sits_scheduler_decisions", "Scheduling decisions, by profile.",
+                                    labels=["profile"])
+    for profile, count in sorted(state.decisions_by_profile.items()):
+        decisions.add_metric([profile], count)
+    empty = CounterMetricFamily("sits_scheduler_no_candidate", "Decisions a filter left without a candidate.",
+                                labels=["profile", "filter"])
+    for (profile, name), count in sorted(state.empty_by_filter.items()):
+        empty.add_metric([profile, name], count)
+    calls = CounterMetricFamily("sits_scheduler_plugin_timed_calls", "Plugin calls that were timed (one "
+                                "decision in N is timed).", labels=["plugin"])
+    seconds = CounterMetricFamily("sits_scheduler_plugin_timed_seconds", "Time spent in the timed plugin calls; "
+                                  "divide by the timed calls for the mean cost per call.", labels=["plugin"])
+    clamped = CounterMetricFamily("sits_scheduler_clamped_scores", "Scorer calls whose scores were forced into "
+                                  "[0, 1].", labels=["plugin"])
+    broken = CounterMetricFamily("sits_scheduler_broken_scores", "Scorer calls that returned the wrong number of "
+                                 "scores (the scorer abstained).", labels=["plugin"])
+    for row in state.plugins:
+        calls.add_metric([row.plugin], row.timed_calls)
+        seconds.add_metric([row.plugin], row.timed_ns / 1e9)
+        clamped.add_metric([row.plugin], row.clamped)
+        broken.add_metric([row.plugin], row.broken)
+    yield from (decisions, empty, calls, seconds, clamped, broken)
+
