@@ -217,8 +217,9 @@ class Director:
         views = self._views(model.endpoints, now, model.context_window)
         if not any(v.healthy for v in views):
             return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
+        # The prefix hash only ranks endpoints against each other: one endpoint needs none.
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
-                                   prefix_hash=prefix_hash(request.prompt_text))
+                                   prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
         if self._hints is not None:
             wanted = self._hints.hinted(model, request.prompt_text, wanted)
         decision = self._scheduler.schedule(wanted, views, self._rng)

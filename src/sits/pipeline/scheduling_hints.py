@@ -40,16 +40,24 @@ class SchedulingHints:
     def __init__(self) -> None:
         self._resolve: VariantResolver | None = None
         self._loaded_on: LoadedOn | None = None
+        self._any_adapter: Callable[[], bool] | None = None
         self._tokenizers: TokenizerCatalog | None = None
         self._table: Callable[[], RoutingTable] | None = None
 
-    def attach_adapters(self, resolve: VariantResolver, loaded_on: LoadedOn) -> None:
+    def attach_adapters(self, resolve: VariantResolver, loaded_on: LoadedOn,
+                        any_adapter: Callable[[], bool] | None = None) -> None:
         self._resolve = resolve
         self._loaded_on = loaded_on
+        self._any_adapter = any_adapter if any_adapter is not None else (lambda: True)
 
     def attach_tokenizers(self, catalog: TokenizerCatalog, table: Callable[[], RoutingTable]) -> None:
         self._tokenizers = catalog
         self._table = table
+
+    def active(self) -> bool:
+        """Whether any adapter is registered or any tokenizer loaded (otherwise hints change nothing)."""
+        return bool(self._tokenizers is not None and self._tokenizers.bridge) or (
+            self._any_adapter is not None and self._any_adapter())
 
     def resolve(self, table: RoutingTable, name: str) -> ModelEntry | None:
         return self._resolve(table, name) if self._resolve is not None else None
@@ -59,6 +67,8 @@ class SchedulingHints:
         return self._tokenizers.counter_for(model.name, model.tokenizer_family) if self._tokenizers else None
 
     def hinted(self, model: ModelEntry, prompt_text: str, request: SchedulingRequest) -> SchedulingRequest:
+        if not self.active():
+            return request  # the common case: nothing registered, nothing loaded (no per-request lookups)
         loaded = self._loaded_on(model) if self._loaded_on is not None else frozenset()
         counter = (self._tokenizers.counter_for(model.name, model.tokenizer_family)
                    if self._tokenizers is not None else None)

@@ -219,6 +219,10 @@ class AdapterRegistry:
             raise NotFound(f"no adapter named {name!r}", param="name")
         return record
 
+    def __bool__(self) -> bool:
+        """Any adapter registered (the scheduler skips adapter lookups otherwise)."""
+        return bool(self._records)
+
     def records(self) -> list[AdapterRecord]:
         return [self._records[n] for n in sorted(self._records)]
 

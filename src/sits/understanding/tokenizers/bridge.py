@@ -45,6 +45,9 @@ class TokenBridge:
     def __contains__(self, name: object) -> bool:
         return name in self._maps
 
+    def __len__(self) -> int:
+        return len(self._maps)
+
     def translate_id(self, source: str, target: str, token_id: int) -> int | None:
         """The target family's token for the same unit, or None if it has no exact counterpart."""
         src, dst = self._maps[source], self._maps[target]
