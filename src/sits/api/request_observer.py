@@ -86,13 +86,10 @@ class Observation:
         o = self._observer
         seconds = o._clock() - self.started
         if o.metrics is not None:
-            ttft_s = first_byte_at - self.started if first_byte_at else None
-            o.metrics.served(model, endpoint, status, seconds, ttft_s)
-            if usage is not None:
-                o.metrics.usage(model, *usage)
-        if o.decisions.enabled:
-            o.decisions.add((o._wall_clock(), self.request_id, model, endpoint, route, status,
-                             round(seconds * 1000, 3), attempts))
+            o.metrics.served(model, endpoint, status, seconds,
+                             first_byte_at - self.started if first_byte_at else None, usage)
+        if o.decisions.enabled:  # seconds kept raw: rounded when the dashboard reads them
+            o.decisions.add((o._wall_clock(), self.request_id, model, endpoint, route, status, seconds, attempts))
         if self.trace is not None:
             attributes: dict[str, Any] = {"gen_ai.response.model": model, "sits.endpoint": endpoint,
                                           "sits.route": route}
@@ -113,8 +110,7 @@ class Observation:
         if o.metrics is not None:
             o.metrics.failed(model, error.http_status)
         if o.decisions.enabled:
-            o.decisions.add((o._wall_clock(), self.request_id, model, "none", "", error.http_status,
-                             round(seconds * 1000, 3), ""))
+            o.decisions.add((o._wall_clock(), self.request_id, model, "none", "", error.http_status, seconds, ""))
         if self.trace is not None:
             self.trace.finish(error.http_status, {"error.type": error.code or error.error_type}, error.message)
         if o.logs.access_log:

@@ -335,6 +335,10 @@ class Director:
 
 def _decision_reason(route: str, why: str) -> str:
     """The bounded `reason` label of a routing decision, from the route explanation."""
+    if not why:  # the common case: the client named the model
+        if route.endswith("reason=only endpoint"):
+            return "only-endpoint"
+        return "no-endpoint-ready" if route.startswith("profile=none; pick=none") else "scheduled"
     if why.startswith("; auto=intent"):
         return "auto-intent"
     if why.startswith("; auto=quality"):

@@ -9,7 +9,8 @@ from collections import deque
 from typing import Any
 
 FIELDS = ("at", "request_id", "model", "endpoint", "route", "status", "latency_ms", "attempts")
-Decision = tuple[float, str, str, str, str, int, float, str]  # in FIELDS order; `at` is unix time
+# In FIELDS order, but the latency is recorded in seconds and shown in ms; `at` is unix time.
+Decision = tuple[float, str, str, str, str, int, float, str]
 
 
 class DecisionLog:
@@ -23,4 +24,4 @@ class DecisionLog:
     def recent(self, limit: int) -> list[dict[str, Any]]:
         """Newest first."""
         items = list(self._items)[-limit:] if limit > 0 else []
-        return [dict(zip(FIELDS, d)) for d in reversed(items)]
+        return [dict(zip(FIELDS, (*d[:6], round(d[6] * 1000, 3), d[7]), strict=True)) for d in reversed(items)]

@@ -119,6 +119,27 @@ def _bound_label(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
+class _Series:
+    """Everything one (model, endpoint) pair records per request, looked up once per request."""
+
+    __slots__ = ("total", "ttft", "gaps", "by_status", "model", "endpoint", "tokens_in", "tokens_out")
+
+    def __init__(self, metrics: GatewayMetrics, model: str, endpoint: str) -> None:
+        key = (model, endpoint)
+        self.model, self.endpoint = model, endpoint
+        self.total = metrics.request_seconds.get(key)
+        self.ttft = metrics.ttft_seconds.get(key)
+        self.gaps = metrics.inter_token_seconds.get(key)
+        self.by_status: dict[int, tuple[str, str, str]] = {}
+        self.tokens_in, self.tokens_out = (model, "input"), (model, "output")
+
+    def status_key(self, status: int) -> tuple[str, str, str]:
+        key = self.by_status.get(status)
+        if key is None:
+            key = self.by_status[status] = (self.model, self.endpoint, str(status))
+        return key
+
+
 class GatewayMetrics(Collector):
     def __init__(self, max_values_per_label: int = 512) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -155,7 +176,7 @@ class GatewayMetrics(Collector):
         self._tallies = (self.requests, self.tokens, self.decisions, self.fallbacks, self.retries, self.attempts,
                          self.cache, self.admission_rejected)
         self._distributions = (self.request_seconds, self.ttft_seconds, self.inter_token_seconds, self.queue_wait)
-        self._served: dict[tuple[str, str], tuple[Buckets, Buckets, Buckets]] = {}
+        self._series: dict[tuple[str, str], _Series] = {}
         self.registry.register(self)
 
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
@@ -169,28 +190,30 @@ class GatewayMetrics(Collector):
 
     # -- recording (hot path) ----------------------------------------------------------
 
-    def served(self, model: str, endpoint: str, status: int, seconds: float, ttft_s: float | None) -> None:
-        model, endpoint = self._model(model), self._endpoint(endpoint)
-        self.requests.inc((model, endpoint, str(status)))
-        total, ttft, _ = self._children(model, endpoint)
-        total.observe(seconds)
+    def served(self, model: str, endpoint: str, status: int, seconds: float, ttft_s: float | None,
+               usage: tuple[int, int] | None = None) -> None:
+        """One answered request: count, duration, TTFT and tokens in a single lookup."""
+        series = self._series.get((model, endpoint)) or self._new_series(model, endpoint)
+        requests = self.requests.values
+        key = series.status_key(status)
+        requests[key] = requests.get(key, 0.0) + 1.0
+        series.total.observe(seconds)
         if ttft_s is not None:
-            ttft.observe(ttft_s)
+            series.ttft.observe(ttft_s)
+        if usage is not None:
+            tokens = self.tokens.values
+            if usage[0]:
+                tokens[series.tokens_in] = tokens.get(series.tokens_in, 0.0) + usage[0]
+            if usage[1]:
+                tokens[series.tokens_out] = tokens.get(series.tokens_out, 0.0) + usage[1]
 
     def inter_token(self, model: str, endpoint: str) -> Buckets:
         """The series a stream relay observes its gaps on (looked up once per stream)."""
-        return self._children(self._model(model), self._endpoint(endpoint))[2]
+        return (self._series.get((model, endpoint)) or self._new_series(model, endpoint)).gaps
 
     def failed(self, model: str, status: int) -> None:
         """A request that got an error answer (no endpoint produced it)."""
         self.requests.inc((self._model(model), "none", str(status)))
-
-    def usage(self, model: str, prompt_tokens: int, completion_tokens: int) -> None:
-        model = self._model(model)
-        if prompt_tokens:
-            self.tokens.inc((model, "input"), prompt_tokens)
-        if completion_tokens:
-            self.tokens.inc((model, "output"), completion_tokens)
 
     def decision(self, model: str, reason: str) -> None:
         self.decisions.inc((self._model(model), reason))
@@ -212,10 +235,9 @@ class GatewayMetrics(Collector):
     def shed(self, priority: int) -> None:
         self.admission_rejected.inc((str(priority),))
 
-    def _children(self, model: str, endpoint: str) -> tuple[Buckets, Buckets, Buckets]:
-        key = (model, endpoint)
-        children = self._served.get(key)
-        if children is None:
-            children = self._served[key] = (self.request_seconds.get(key), self.ttft_seconds.get(key),
-                                            self.inter_token_seconds.get(key))
-        return children
+    def _new_series(self, model: str, endpoint: str) -> _Series:
+        """First request of a pair: bound the label values once, then cache under the raw names."""
+        series = _Series(self, self._model(model), self._endpoint(endpoint))
+        if len(self._series) < 4 * 512:  # churned-through pairs map to "other" without growing this cache
+            self._series[(model, endpoint)] = series
+        return series
