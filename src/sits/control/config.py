@@ -153,7 +153,7 @@ class GatewayConfig(_Strict):
     # since the control layer does not import scheduling. See docs/scheduling.md.
     routing: dict[str, Any] = {}
     # Request understanding for model "auto" (intent, complexity, tier, quality router): validated by
-    # sits.understanding.settings at startup; off unless `enabled: true` (the embedded default turns it on).
+    # sits.understanding.settings at startup; off unless `enabled: true` (the embedded default keeps the tier rule).
     understanding: dict[str, Any] = {}
     # Fusion workflows (`model: workflow:<name>`) and the files requests may attach: validated by
     # sits.pipeline.fusion.spec at startup, since the control layer does not import pipeline. See docs/workflows.md.
