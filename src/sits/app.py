@@ -6,7 +6,6 @@ Nothing else constructs long-lived objects; two Gateways in one process share no
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ipaddress
 import logging
@@ -72,6 +71,7 @@ from sits.pipeline.fusion.uploads import UploadStore
 from sits.pipeline.fusion.workflow_config import check_workflows
 from sits.scheduling.metrics import SchedulingMetrics
 from sits.scheduling.policy import RoutingPolicy, build_scheduler
+from sits.runtime.tasks import cancel_and_wait
 from sits.settings import Settings
 from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.endpoint_health import HealthBoard, HealthPolicy
@@ -372,9 +372,7 @@ class Gateway:
         if self._engine_metrics is not None:
             await self._engine_metrics.stop()
         if self._prober_task is not None:
-            self._prober_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prober_task
+            await cancel_and_wait([self._prober_task])
         await self.cluster.stop()
         await self._answers.close()
         if self._understander is not None:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from sits.runtime.tasks import cancel_and_wait
 from sits.backends.engine_metrics import parse_engine_metrics
 from sits.backends.http_client import ConnectionPool, Origin, Timeouts
 from sits.errors import SitsError
@@ -49,11 +50,7 @@ class EngineMetricsScraper:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait([task])
 
     async def scrape_all(self) -> None:
         """One round over every endpoint, concurrently; failures are logged, never raised."""

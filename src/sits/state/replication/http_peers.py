@@ -9,11 +9,11 @@ Peers authenticate with the admin key.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import aiohttp
 
+from sits.runtime.tasks import cancel_and_wait
 from sits.state.replication.document import ClusterDoc
 from sits.state.replication.outbox import CoalescingOutbox
 from sits.state.replication.replica import Replica
@@ -49,11 +49,7 @@ class HttpPeerTransport:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         if self._session is not None:
             await self._session.close()
 

@@ -20,6 +20,7 @@ import logging
 import redis.asyncio as redis_async
 from redis.exceptions import RedisError
 
+from sits.runtime.tasks import cancel_and_wait
 from sits.state.replication.outbox import CoalescingOutbox
 from sits.state.replication.replica import Replica
 from sits.state.replication.wire import WireError, decode, encode
@@ -56,11 +57,7 @@ class RedisTransport:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         if self._client is not None:
             await self._client.aclose()
 
