@@ -1,10 +1,9 @@
 """Prometheus metrics of one gateway, on its own registry (two gateways in a process share nothing).
 
-Why not prometheus-client's Counter/Histogram on the hot path: measured here, one
-`labels(...).inc()` or `.observe()` costs 2-5 us (label validation, a lock per child), about
-20 us for one request's metrics, a quarter of SITS' whole per-request budget at 12k req/s.
-Recording is therefore a dict update and a bisect (a few hundred ns: the event loop is the only
-writer, so no lock), and prometheus-client renders the exposition from these tallies at scrape
+Why not prometheus-client's Counter/Histogram on the hot path: `python bench/bench_telemetry.py`
+measures one request's metrics at about 9.5 us with its objects (label lookup, a lock per child)
+against 1.2 us here, where recording is a dict update and a bisect (the event loop is the only
+writer, so no lock); SITS' whole budget is under 130 us a request. prometheus-client renders the exposition from these tallies at scrape
 time (`collect`). What the gateway already tracks as state (in-flight, health, circuits) is read
 only when scraped (`LiveStateCollector`).
 
