@@ -204,8 +204,8 @@ class Gateway:
                                        self._understanding),
             director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
         files = FileRoutes(uploads, documents, limits)
-        openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), admission=self.admission,
-                                     observer=observer, resume_streams=resilience.resume_streams)
+        openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
+                                     admission=self.admission, resume_streams=resilience.resume_streams)
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
         self.live_snapshot = LiveSnapshot(self.routing_table, self._stats, self._health, self._breakers,
                                           self.admission, self._clock, scheduling=self.scheduling_metrics)

@@ -227,3 +227,14 @@ async def test_access_log_keeps_prompts_out_unless_enabled(upstream, start_gatew
     assert records[0].model == "m1" and records[0].status == 200 and records[0].endpoint == "m1/ep-0"
     assert not hasattr(records[0], "prompt")
     assert "my secret plan" in records[1].prompt
+
+
+async def test_stream_usage_reaches_the_span_with_metrics_off(upstream, receiver, start_gateway):
+    gateway = await start_gateway(config(upstream.url, tracing={"endpoint": receiver.url}, metrics=False))
+    stream = await sdk(gateway).chat.completions.create(model="m1", messages=MESSAGES, stream=True,
+                                                      stream_options={"include_usage": True})
+    async for _chunk in stream:
+        pass
+    spans = await receiver.wait_for(lambda s: any(x.kind == SERVER for x in s))
+    server = next(s for s in spans if s.kind == SERVER)
+    assert server.attributes["gen_ai.usage.output_tokens"] == upstream.stream_chunks

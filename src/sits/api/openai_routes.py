@@ -39,7 +39,7 @@ _SEEN_UNKNOWN_LIMIT = 256
 
 class OpenAIRoutes:
     def __init__(self, director: Director, table: Callable[[], RoutingTable], created: int,
-                 admission: Admission | None = None, observer: RequestObserver | None = None,
+                 observer: RequestObserver, admission: Admission | None = None,
                  resume_streams: bool = False) -> None:
         self._director = director
         self._resume_streams = resume_streams
@@ -65,7 +65,7 @@ class OpenAIRoutes:
         try:
             return parse_body(schema, request.body)
         except SitsError as exc:
-            if self._observer is not None and self._observer.metrics is not None:
+            if self._observer.metrics is not None:
                 self._observer.metrics.failed(UNKNOWN_MODEL, exc.http_status)
             raise
 
@@ -96,25 +96,22 @@ class OpenAIRoutes:
         scope = cache_scope(None, token) if self._director.caching else "anonymous"
         priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, body.model) \
             if self._admission is not None else 1
-        seen = self._observer.begin(request, api, request_id, body.model, body) if self._observer else None
+        seen = self._observer.begin(request, api, request_id, body.model, body)
         routing = RoutingRequest(api=api, model=body.model, stream=stream, request_id=request_id,
                                  prompt_text=prompt_text, cache_scope=scope, priority=priority,
-                                 trace=seen.trace if seen is not None else None)
+                                 trace=seen.trace)
         try:
             exchange = await self._director.run(routing, request.body)
         except SitsError as exc:
-            if seen is not None:
-                seen.failed(exc, prompt_text)
+            seen.failed(exc, prompt_text)
             raise
         if isinstance(exchange, CannedAnswer):
-            if seen is not None:
-                source = "static-template" if exchange.hit.match == "static" else "cache"
-                seen.served(exchange.model, source, exchange.route, exchange.attempts, None, None, prompt=prompt_text)
+            source = "static-template" if exchange.hit.match == "static" else "cache"
+            seen.served(exchange.model, source, exchange.route, exchange.attempts, None, None, prompt=prompt_text)
             return _canned(exchange, request_id, stream, body)
         if isinstance(exchange, WorkflowResult):
-            if seen is not None:
-                seen.served(exchange.model, "workflow", exchange.route(), "", None,
-                            (exchange.prompt_tokens, exchange.completion_tokens), prompt=prompt_text)
+            seen.served(exchange.model, "workflow", exchange.route(), "", None,
+                        (exchange.prompt_tokens, exchange.completion_tokens), prompt=prompt_text)
             return _workflow(exchange, request_id, stream, body)
         headers = [
             (b"x-sits-model", exchange.model.encode()),
@@ -130,12 +127,10 @@ class OpenAIRoutes:
         try:
             payload = await exchange.read()
         except SitsError as exc:
-            if seen is not None:
-                seen.failed(exc, prompt_text)
+            seen.failed(exc, prompt_text)
             raise
-        if seen is not None:
-            seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts, exchange.first_byte_at,
-                        usage_of(payload), prompt=prompt_text)
+        seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts, exchange.first_byte_at,
+                    usage_of(payload), prompt=prompt_text)
         if exchange.cache_key is not None:
             self._director.remember(exchange, completion_from_json(api, payload))
         content_type = exchange.response.headers.get("content-type", "application/json").encode("latin-1")
@@ -150,7 +145,7 @@ class OpenAIRoutes:
                 log.info("forwarding field unknown to SITS unchanged: %s in %s", name, api)
 
 
-    async def _relay_stream(self, exchange: Exchange, api: str, seen: Observation | None = None,
+    async def _relay_stream(self, exchange: Exchange, api: str, seen: Observation,
                             prompt: str = "", resume: tuple[RoutingRequest, bytes] | None = None,
                             ) -> AsyncIterator[bytes]:
         """Relay upstream SSE bytes as they come. A stream that breaks is resumed on another endpoint
@@ -160,7 +155,7 @@ class OpenAIRoutes:
         tail = b""
         last = b""  # the last chunk before [DONE]: where include_usage puts the usage event
         accumulator = CompletionAccumulator(api) if exchange.cache_key is not None else None
-        gaps = seen.inter_token(exchange.model, exchange.endpoint.id) if seen is not None else None
+        gaps = seen.inter_token(exchange.model, exchange.endpoint.id)
         sent: list[bytes] | None = [] if resume is not None else None  # references only: parsed if it breaks
         previous = 0.0
         status = 499  # until the stream ends one way or the other: the client went away
@@ -178,8 +173,8 @@ class OpenAIRoutes:
                             if previous:
                                 gaps.observe(now - previous)
                             previous = now
-                            if b'"usage":{' in chunk:
-                                last = chunk
+                        if b'"usage":{' in chunk:
+                            last = chunk
                         yield chunk
                     if b"[DONE]" not in tail:
                         raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
@@ -191,9 +186,8 @@ class OpenAIRoutes:
                         resumed = await self._director.resume(resume[0], resume[1], exchange, partial_answer(sent))
                     if resumed is None:
                         status = exc.http_status
-                        if seen is not None:
-                            seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
-                                        exchange.first_byte_at, None, status=status, prompt=prompt, error=exc.message)
+                        seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
+                                    exchange.first_byte_at, None, status=status, prompt=prompt, error=exc.message)
                         yield _error_event(exchange, exc)
                         return
                     log.warning("stream from %s broke (%s); resumed on %s", exchange.endpoint.id, exc.message,
@@ -202,10 +196,9 @@ class OpenAIRoutes:
                     yield f": sits resumed the answer on {resumed.endpoint.id} after {exc.code}\n\n".encode()
                     exchange, accumulator = resumed, None  # a spliced answer is never cached
         finally:
-            if seen is not None:  # no-op when already recorded above
-                seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
-                            exchange.first_byte_at, stream_usage_of(last) if last else None, status=status, prompt=prompt,
-                            error=None if status == 200 else "client closed the stream")
+            seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
+                        exchange.first_byte_at, stream_usage_of(last) if last else None, status=status, prompt=prompt,
+                        error=None if status == 200 else "client closed the stream")
         if accumulator is not None:
             self._director.remember(exchange, accumulator.result())
 
