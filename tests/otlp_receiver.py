@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from tests.loopback_server import LoopbackServer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -32,31 +33,18 @@ def _value(v: Any) -> Any:
     return getattr(v, kind) if kind else None
 
 
-class OtlpReceiver:
+class OtlpReceiver(LoopbackServer):
     def __init__(self) -> None:
+        super().__init__()
         self.spans: list[ReceivedSpan] = []
         self.exports = 0
         self.delay_s = 0.0
         self.fail = False
-        self._runner: web.AppRunner | None = None
-        self.port = 0
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        await self.serve(app)
 
     async def _traces(self, request: web.Request) -> web.Response:
         self.exports += 1

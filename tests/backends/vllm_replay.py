@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import orjson
 from aiohttp import web
 
+from tests.loopback_server import LoopbackServer
+
 
 def vllm_error(message: str, err_type: str, code: int) -> web.Response:
     # ErrorResponse(error=ErrorInfo(message, type, param=None, code)).model_dump() via JSONResponse
@@ -31,9 +33,10 @@ class ReplayLog:
     calls: list[tuple[str, str, dict | None]] = field(default_factory=list)
 
 
-class VllmReplay:
+class VllmReplay(LoopbackServer):
     def __init__(self, served_model: str = "HuggingFaceTB/SmolLM2-135M-Instruct", sleep_mode: bool = True,
                  legacy_errors: bool = False) -> None:
+        super().__init__()
         self.served_model = served_model
         self.sleep_mode = sleep_mode  # False: a server started without VLLM_SERVER_DEV_MODE (routes absent: 404)
         self.legacy_errors = legacy_errors  # vLLM < 0.9: {"object": "error", "message", "type", "param", "code"}
@@ -43,12 +46,6 @@ class VllmReplay:
         self.log = ReplayLog()
         self.fail_load_with: tuple[int, str] | None = None
         self.authorizations: list[str | None] = []
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._note_auth])
@@ -60,15 +57,7 @@ class VllmReplay:
             app.router.add_post("/sleep", self._sleep)
             app.router.add_post("/wake_up", self._wake_up)
             app.router.add_get("/is_sleeping", self._is_sleeping)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.serve(app)
 
     @web.middleware
     async def _note_auth(self, request: web.Request, handler):  # type: ignore[no-untyped-def]
