@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from tests.loopback_server import LoopbackServer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from tests.loopback_server import LoopbackServer
 
 
 @dataclass(frozen=True)
