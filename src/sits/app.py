@@ -32,6 +32,7 @@ from sits.api.engine_routes import EngineRoutes
 from sits.api.error_responses import render_error
 from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
+from sits.api.http2_door import Http2Door
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
 from sits.api.http_types import HttpRequest
 from sits.api.live_snapshot import LiveSnapshot
@@ -278,6 +279,10 @@ class Gateway:
         self.grpc = GrpcServer(director, self.admission, self._client_keys, self.handler.request_id_of,
                                config.server.grpc_port, config.server.max_body_bytes, observer) \
             if config.server.grpc_port is not None else None
+        # HTTP/2: h2c and HTTPS with ALPN (docs/grpc.md), the same handler behind more listeners.
+        self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,
+                               self._http1_protocol) \
+            if config.server.http2_port is not None or config.server.tls is not None else None
 
     # -- state the layers read ------------------------------------------------
 
@@ -316,6 +321,9 @@ class Gateway:
 
     # -- lifecycle -------------------------------------------------------------
 
+    def _http1_protocol(self) -> HttpServerProtocol:
+        return HttpServerProtocol(self.handler, render_error, self._limits, self._tracker)
+
     async def start(self, sock: socket.socket | None = None) -> None:
         """Start local model workers, load the registry, start health probes, then accept connections."""
         local_urls = await self._start_local_models()
@@ -336,10 +344,7 @@ class Gateway:
         if self._engine_metrics is not None:
             self._engine_metrics.start()
         loop = asyncio.get_running_loop()
-
-        def protocol() -> HttpServerProtocol:
-            return HttpServerProtocol(self.handler, render_error, self._limits, self._tracker)
-
+        protocol = self._http1_protocol
         if sock is not None:
             self._server = await loop.create_server(protocol, sock=sock, backlog=2048)
         else:
@@ -347,6 +352,8 @@ class Gateway:
         self._tracker.start_idle_sweep(self._limits.keep_alive_timeout_s)
         if self.grpc is not None:
             await self.grpc.start(self.host, reuse_port=sock is not None)  # a shared socket: N workers
+        if self.http2 is not None:
+            await self.http2.start(self.host, reuse_port=sock is not None)
         log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
                  ", ".join(self.routing_table().names()))
 
@@ -358,17 +365,21 @@ class Gateway:
         grpc_drained = asyncio.create_task(self.grpc.stop(self.config.server.drain_timeout_s)) \
             if self.grpc is not None else None  # stops accepting now, drains alongside HTTP
         self._tracker.close_idle()
+        if self.http2 is not None:
+            self.http2.go_away()  # streams already open finish; new ones are refused
         if self._tokenizers_loaded is not None:
             self._tokenizers_loaded.cancel()  # a load still running finishes in its thread, unused
         if self._adapters_restored is not None:
             self._adapters_restored.cancel()
         deadline = time.monotonic() + self.config.server.drain_timeout_s
-        while self._tracker.busy() and time.monotonic() < deadline:
+        while (self._tracker.busy() or (self.http2 is not None and self.http2.busy())) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if grpc_drained is not None:
             await grpc_drained
         self._tracker.close_all()
         self._tracker.stop_idle_sweep()
+        if self.http2 is not None:
+            self.http2.close_all()
         if self._engine_metrics is not None:
             await self._engine_metrics.stop()
         if self._prober_task is not None:

@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="front an OpenAI-compatible server without a config file (repeatable)")
     serve.add_argument("--log-level", help="debug, info, warning, error")
     serve.add_argument("--grpc-port", type=int, help="also serve gRPC (docs/grpc.md) on this port, e.g. 50051")
+    serve.add_argument("--http2-port", type=int,
+                       help="also serve HTTP/2 cleartext (h2c, prior knowledge; docs/grpc.md) on this port")
     serve.set_defaults(run=_serve)
 
     chat = sub.add_parser("chat", help="ask one question through a gateway and stream the answer")
@@ -94,6 +96,10 @@ def _serve(args: argparse.Namespace) -> int:
         from sits.api.grpc_server import with_grpc_port
 
         config = with_grpc_port(config, args.grpc_port)
+    if args.http2_port is not None:
+        from sits.api.http2_door import with_http2_port
+
+        config = with_http2_port(config, args.http2_port)
     run(settings, config)
     return 0
 

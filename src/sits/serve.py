@@ -40,6 +40,10 @@ async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool
     print(f"sits ready on http://{gateway.host}:{gateway.bound_port}", flush=True)
     if gateway.grpc is not None:
         print(f"sits gRPC ready on {gateway.host}:{gateway.grpc.bound_port}", flush=True)
+    if gateway.http2 is not None and gateway.http2.h2c_bound_port is not None:
+        print(f"sits HTTP/2 (h2c) ready on http://{gateway.host}:{gateway.http2.h2c_bound_port}", flush=True)
+    if gateway.http2 is not None and gateway.http2.tls_bound_port is not None:
+        print(f"sits HTTPS (h2, http/1.1) ready on https://{gateway.host}:{gateway.http2.tls_bound_port}", flush=True)
     await stop.wait()
     log.info("shutting down: draining in-flight requests")
     await gateway.stop()

@@ -84,6 +84,14 @@ class ModelConfig(_Strict):
         return self
 
 
+class TlsConfig(_Strict):
+    """HTTPS on its own port, offering h2 and http/1.1 by ALPN (docs/grpc.md); files are PEM."""
+
+    port: Annotated[int, Field(ge=0, le=65535)]
+    cert_file: Annotated[str, Field(min_length=1)]
+    key_file: Annotated[str, Field(min_length=1)]
+
+
 class ServerConfig(_Strict):
     host: str | None = None
     port: Annotated[int, Field(ge=0, le=65535)] | None = None
@@ -96,6 +104,21 @@ class ServerConfig(_Strict):
     api_keys_env: str | None = None
     # The gRPC door (sits.v1.ChatCompletions, docs/grpc.md) on this port, same host; unset: off; 0: a free port.
     grpc_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    # HTTP/2 on the HTTP door (docs/grpc.md): cleartext h2 with prior knowledge on this port; unset: off.
+    http2_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    tls: TlsConfig | None = None  # unset: no TLS listener
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServerConfig:
+        named = {"port": self.port, "grpc_port": self.grpc_port, "http2_port": self.http2_port,
+                 "tls.port": self.tls.port if self.tls is not None else None}
+        seen: dict[int, str] = {}
+        for key, port in named.items():
+            if port:  # 0 is "a free port": never a clash
+                if port in seen:
+                    raise ValueError(f"{key} and {seen[port]} are both {port}: each listener needs its own port")
+                seen[port] = key
+        return self
 
 
 class HealthCheckConfig(_Strict):
