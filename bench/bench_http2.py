@@ -81,11 +81,11 @@ async def run_cell(target: str, stream: bool, concurrency: int, duration_s: floa
 
 async def bench(args: argparse.Namespace, ports: dict[str, int], gateway_pid: int) -> list[dict]:
     cells = []
-    for stream in (False, True):
-        for target in TARGETS:  # warm-up
+    for stream in args.modes:
+        for target in args.targets:  # warm-up
             await run_cell(target, stream, 8, args.warmup, ports)
         for concurrency in args.concurrency:
-            for target in TARGETS:
+            for target in args.targets:
                 pgid = None if target == "direct" else gateway_pid
                 cpu0, switches0 = group_cpu_seconds(pgid), context_switches(pgid)
                 result = await run_cell(target, stream, concurrency, args.duration, ports)
@@ -106,11 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=3.0, help="seconds per cell")
     ap.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per target and mode")
     ap.add_argument("--concurrency", default="1,64")
+    ap.add_argument("--targets", default=",".join(TARGETS), help="a subset of " + ",".join(TARGETS))
+    ap.add_argument("--modes", default="unary,stream")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the gateway and the load to separate CPUs")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--update-docs", action="store_true", help=f"replace the HTTP/2 table in {DOCS.name}")
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.targets = [t for t in args.targets.split(",") if t]
+    if unknown := set(args.targets) - set(TARGETS):
+        ap.error(f"unknown targets {sorted(unknown)}; choose from {TARGETS}")
+    args.modes = [m == "stream" for m in args.modes.split(",") if m in ("unary", "stream")]
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2
     if pin:
         os.sched_setaffinity(0, {int(LOAD_CPU)})

@@ -88,6 +88,7 @@ class Http2ServerProtocol(asyncio.Protocol):
         self._closed = False
         self._last_stream_id: int | None = None  # set by a drain: streams above it are refused
         self._goaway_sent = False
+        self._flush_scheduled = False
         self._writable = asyncio.Event()
         self._writable.set()
         self.idle_since: float | None = None
@@ -288,7 +289,7 @@ class Http2ServerProtocol(asyncio.Protocol):
         if response.body:
             await self._send_data(stream_id, response.body, end_stream=True)
         else:
-            self._flush()
+            self._flush_soon()
 
     async def _send_stream(self, stream_id: int, response: StreamingResponse) -> None:
         chunks = response.chunks
@@ -341,7 +342,7 @@ class Http2ServerProtocol(asyncio.Protocol):
             except (StreamClosedError, ProtocolError):
                 raise _StreamGone from None
             await self._wait_window(stream_id)
-        self._flush()
+        self._flush_soon()
         if not self._writable.is_set():
             await self._writable.wait()  # the socket's buffer is full: a slow reader holds us here
 
@@ -353,7 +354,7 @@ class Http2ServerProtocol(asyncio.Protocol):
         stream = self._streams.get(stream_id)
         if stream is None:
             raise _StreamGone
-        self._flush()
+        self._flush_soon()
         stream.window = self._loop.create_future()
         try:
             await asyncio.wait_for(stream.window, self._limits.keep_alive_timeout_s)
@@ -377,7 +378,7 @@ class Http2ServerProtocol(asyncio.Protocol):
             self._conn.reset_stream(stream_id, code)
         except (StreamClosedError, ProtocolError):
             return
-        self._flush()
+        self._flush_soon()
 
     def _stream_done(self) -> None:
         if self._streams:
@@ -386,7 +387,16 @@ class Http2ServerProtocol(asyncio.Protocol):
         if self._last_stream_id is not None:
             self.close()  # draining, or the client said GOAWAY: the last stream is answered
 
+    def _flush_soon(self) -> None:
+        """Write what the answering tasks framed, once per loop iteration: with many streams on a
+        connection, one write carries every answer that became ready together (a syscall each cost
+        more than all of h2's framing)."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
     def _flush(self) -> None:
+        self._flush_scheduled = False
         data = self._conn.data_to_send()
         if data and self._transport is not None and not self._closed:
             self._transport.write(data)
