@@ -141,3 +141,20 @@ async def test_sits_serve_http2_port_with_workers_answers_h2c(upstream):
         proc.send_signal(signal.SIGTERM)
         returncode = await asyncio.to_thread(proc.wait, 30)
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+async def test_a_port_in_use_fails_startup_naming_the_key(upstream, tmp_path, tls_files):
+    blocker = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    taken = blocker.sockets[0].getsockname()[1]
+    try:
+        gateway = Gateway(Settings(host="127.0.0.1", port=0, data_dir=tmp_path / "data"), parse_config(
+            one_model_config(upstream.url, http2_port=0, tls={**tls_files, "port": taken})))
+        with pytest.raises(ConfigError) as info:
+            await gateway.start()
+        assert info.value.message.startswith(f"server.tls.port: cannot listen on 127.0.0.1:{taken}")
+        assert gateway.http2 is not None and gateway.http2.h2c_bound_port is not None
+        with pytest.raises(OSError):  # the h2c listener that did open was closed again
+            await asyncio.open_connection("127.0.0.1", gateway.http2.h2c_bound_port)
+        await gateway.stop()
+    finally:
+        blocker.close()

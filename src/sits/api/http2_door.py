@@ -94,6 +94,8 @@ class Http2Door:
             server = await loop.create_server(factory, host, port, backlog=2048, reuse_address=True,
                                               reuse_port=reuse_port or None, ssl=context)
         except OSError as exc:
+            for opened in self._servers:  # the h2c listener must not outlive a TLS port that failed
+                opened.close()
             raise ConfigError(f"{key}: cannot listen on {host}:{port}: {exc}") from None
         self._servers.append(server)
         return server
