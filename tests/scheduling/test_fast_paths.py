@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
@@ -52,7 +51,7 @@ def test_a_scorer_abstains_only_when_every_score_is_zero(name, seed):
     scorer = P.create("scorer", name)
     endpoints = views(1 + seed % 9, seed)
     rng = random.Random(seed)
-    request = dataclasses.replace(rich_request(rng), adapter_endpoints=frozenset(
+    request = rich_request(rng)._replace(adapter_endpoints=frozenset(
         e.id for e in endpoints if rng.random() < 0.5) if seed % 2 else frozenset())
     if scorer.abstains(request):
         assert list(scorer.score(request, endpoints)) == [0.0] * len(endpoints)

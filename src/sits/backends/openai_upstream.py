@@ -10,9 +10,10 @@ from sits.state.routing_table import Endpoint
 class _EncodedEndpoint:
     """The parts of an endpoint's requests that never change, encoded once."""
 
-    __slots__ = ("pool", "origin", "timeouts", "path_prefix", "static_headers", "host_header")
+    __slots__ = ("endpoint", "pool", "origin", "timeouts", "path_prefix", "static_headers", "host_header")
 
     def __init__(self, endpoint: Endpoint, pool: ConnectionPool) -> None:
+        self.endpoint = endpoint
         self.pool = pool
         self.origin = Origin(endpoint.scheme, endpoint.host, endpoint.port)
         t = endpoint.timeouts
@@ -39,19 +40,23 @@ class OpenAIUpstream:
     def __init__(self, pool: ConnectionPool, guarded_pool: ConnectionPool | None = None) -> None:
         self._pool = pool
         self._guarded_pool = guarded_pool or pool
-        self._encoded: dict[Endpoint, _EncodedEndpoint] = {}
+        # Keyed by endpoint id, checked by identity: hashing the frozen Endpoint (all its fields, every
+        # request) cost more than building the request bytes. A changed endpoint is a new object.
+        self._encoded: dict[str, _EncodedEndpoint] = {}
 
     def _encode(self, endpoint: Endpoint) -> _EncodedEndpoint:
-        enc = self._encoded.get(endpoint)
-        if enc is None:
+        enc = self._encoded.get(endpoint.id)
+        if enc is None or enc.endpoint is not endpoint:
             pool = self._guarded_pool if endpoint.guarded else self._pool
-            enc = self._encoded[endpoint] = _EncodedEndpoint(endpoint, pool)
+            enc = self._encoded[endpoint.id] = _EncodedEndpoint(endpoint, pool)
         return enc
 
     async def send(self, endpoint: Endpoint, api_path: bytes, body: bytes, request_id: str,
                    trace_headers: bytes = b"") -> UpstreamResponse:
         """`trace_headers`: ready-encoded `traceparent` / `baggage` lines (each ending in CRLF), or empty."""
-        enc = self._encoded.get(endpoint) or self._encode(endpoint)
+        enc = self._encoded.get(endpoint.id)
+        if enc is None or enc.endpoint is not endpoint:
+            enc = self._encode(endpoint)
         data = b"".join((
             b"POST ", enc.path_prefix, api_path, b" HTTP/1.1\r\n",
             enc.static_headers, trace_headers,
@@ -80,5 +85,6 @@ class OpenAIUpstream:
 
     def forget(self, keep: set[Endpoint]) -> None:
         """Drop cached encodings of endpoints no longer in the routing table."""
-        for endpoint in [e for e in self._encoded if e not in keep]:
-            del self._encoded[endpoint]
+        kept = {e.id for e in keep}
+        for endpoint_id in [i for i, enc in self._encoded.items() if i not in kept or enc.endpoint not in keep]:
+            del self._encoded[endpoint_id]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sits.telemetry.tracing import RequestTrace
 
 
-@dataclass(frozen=True, slots=True)
-class RoutingRequest:
-    """Frozen description of a request; built once at the HTTP edge.
+class RoutingRequest(NamedTuple):
+    """Frozen description of a request; built once at the HTTP edge (a named tuple: built on every
+    request, and a frozen dataclass's __init__ costs several times a tuple's).
 
     `api` is the upstream path below the endpoint's base URL, e.g. "/chat/completions".
     """

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from sits.errors import ContextTooLong, SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.context import RoutingRequest
@@ -31,8 +31,7 @@ _CONTEXT_MARKERS = (b"context_length_exceeded", b"maximum context length", b"con
                     b"exceeds the context")
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     model: ModelEntry
     endpoints: tuple[Endpoint, ...]  # best first
     kind: PlanKind

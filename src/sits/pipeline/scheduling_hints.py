@@ -15,7 +15,6 @@ Both sources are attached at startup by the composition root; without them nothi
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import orjson
@@ -78,7 +77,7 @@ class SchedulingHints:
         if counter is not None:
             def count() -> int:
                 return counter.count(prompt_text)
-        return dataclasses.replace(request, adapter_endpoints=loaded, count_prompt_tokens=count)
+        return request._replace(adapter_endpoints=loaded, count_prompt_tokens=count)
 
     def translated(self, requested: str, target: str, prompt_text: str, body: bytes) -> bytes:
         """`body` for model `target` when the client asked for `requested` (see the module docstring)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Capability names a request may need and an endpoint may offer.
 TOOLS = "tools"
@@ -11,9 +11,12 @@ VISION = "vision"
 JSON_OUTPUT = "json"
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulingRequest:
-    """What scheduling needs to know about one request; built once by the director."""
+class SchedulingRequest(NamedTuple):
+    """What scheduling needs to know about one request; built once by the director.
+
+    Named tuples (immutable, compared by value) rather than frozen dataclasses, here and for
+    `EndpointView`: one request and a view per endpoint are built for every decision, and a frozen
+    dataclass's __init__ (one object.__setattr__ per field) costs several times a tuple's."""
 
     model: str
     api: str
@@ -29,8 +32,7 @@ class SchedulingRequest:
     count_prompt_tokens: Callable[[], int] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class EndpointView:
+class EndpointView(NamedTuple):
     """A frozen per-request view of one endpoint: identity plus the live signals that matter.
 
     Latencies are seconds; `kv_cache_usage` and `memory_usage` are fractions 0..1 or None

@@ -19,13 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sits.state.engine_load import EngineLoad
 
 
-@dataclass(frozen=True, slots=True)
-class LatencySample:
+class LatencySample(NamedTuple):
     """One finished (or failed) request on one endpoint.
 
     `rtt_s`: time to the upstream's first byte (the part of latency the engine's queue inflates);

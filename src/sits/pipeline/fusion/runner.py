@@ -320,7 +320,7 @@ class WorkflowRunner:
         trace = run.request.trace
         span = trace.stage("workflow.call", {"sits.workflow": run.name, "sits.workflow.call": call_id,
                                              "gen_ai.request.model": model}) if trace is not None else None
-        parent = replace(run.request, trace=trace.within(span)) if trace is not None else run.request
+        parent = run.request._replace(trace=trace.within(span)) if trace is not None else run.request
         try:
             answer = await call_model(self._director, parent, request_id, model, messages, params)
         except BaseException as exc:
