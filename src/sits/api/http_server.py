@@ -108,7 +108,11 @@ class HttpServerProtocol(asyncio.Protocol):
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._pending: deque[tuple[HttpRequest, bool]] = deque()
+        # One serving task per connection, parked on `_wake` between requests: a new task per
+        # keep-alive request cost more than the future that wakes this one.
         self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._serving = False  # a request is parsed and not yet fully answered
         self._closed = False
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -149,7 +153,7 @@ class HttpServerProtocol(asyncio.Protocol):
 
     @property
     def busy(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._serving
 
     def close(self) -> None:
         if self._transport is not None and not self._closed:
@@ -194,10 +198,24 @@ class HttpServerProtocol(asyncio.Protocol):
         self._pending.append((request, self._parser.should_keep_alive()))
         if len(self._pending) >= _MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
-        if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._serve_pending())
+        self._serving = True
+        if self._task is None:
+            self._task = self._loop.create_task(self._serve())
+        elif self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     # -- answering -----------------------------------------------------------
+
+    async def _serve(self) -> None:
+        while not self._closed:
+            await self._serve_pending()
+            if self._closed:
+                return
+            self._wake = self._loop.create_future()
+            try:
+                await self._wake
+            finally:
+                self._wake = None
 
     async def _serve_pending(self) -> None:
         while self._pending and not self._closed:
@@ -214,6 +232,7 @@ class HttpServerProtocol(asyncio.Protocol):
             if not keep_alive:
                 self.close()
                 return
+        self._serving = False
         if self._transport is not None and not self._closed:
             self._transport.resume_reading()
             self.idle_since = self._loop.time()
@@ -285,7 +304,7 @@ class HttpServerProtocol(asyncio.Protocol):
     def _reject(self, error: SitsError) -> None:
         """Answer a request we could not even parse, then close the connection."""
         self._pending.clear()
-        if self._task is None or self._task.done():
+        if not self._serving:
             self._write_response(self._render_error(error), keep_alive=False)
         self.close()
 

@@ -25,6 +25,9 @@ from sits.backends.address_policy import AddressPolicy, resolve_for_connect
 from sits.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
 
 _PAUSE_ABOVE_BYTES = 1 << 20
+# Upstream timeouts are checked by one periodic sweep over busy connections rather than a loop
+# timer per request (arming and cancelling two timers cost ~5 us a request); they fire up to this late.
+TIMEOUT_RESOLUTION_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +143,8 @@ class _UpstreamConnection(asyncio.Protocol):
         self._response: UpstreamResponse | None = None
         self._headers_ready: asyncio.Future[UpstreamResponse] | None = None
         self._got_bytes = False
-        self._timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None  # loop time this exchange times out at; None: not waiting
+        self._waiting_for = "first byte"
         self._timeouts = Timeouts()
         self._started = 0.0
         self.closed = False
@@ -153,7 +157,7 @@ class _UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._cancel_timer()
+        self._disarm()
         if self._headers_ready is not None and not self._headers_ready.done():
             if self.reused and not self._got_bytes:
                 self._headers_ready.set_exception(_StaleConnection())
@@ -186,7 +190,7 @@ class _UpstreamConnection(asyncio.Protocol):
             return
         response.status = self._parser.get_status_code()
         # Headers arrived: from here on only the total deadline applies.
-        self._arm_timer(self._started + self._timeouts.total, "total")
+        self.deadline, self._waiting_for = self._started + self._timeouts.total, "total"
         if not self._headers_ready.done():
             self._headers_ready.set_result(response)
 
@@ -195,7 +199,7 @@ class _UpstreamConnection(asyncio.Protocol):
             self._transport.pause_reading()
 
     def on_message_complete(self) -> None:
-        self._cancel_timer()
+        self._disarm()
         response, self._response = self._response, None
         keep_alive = self._parser.should_keep_alive()
         if response is not None:
@@ -214,7 +218,8 @@ class _UpstreamConnection(asyncio.Protocol):
         self._got_bytes = False
         self._response = UpstreamResponse(self)
         self._headers_ready = self._loop.create_future()
-        self._arm_timer(self._started + min(timeouts.first_byte, timeouts.total), "first byte")
+        self.deadline, self._waiting_for = self._started + min(timeouts.first_byte, timeouts.total), "first byte"
+        self._pool._watch(self)
         self._transport.write(data)
         return self._headers_ready
 
@@ -223,7 +228,7 @@ class _UpstreamConnection(asyncio.Protocol):
             self._transport.resume_reading()
 
     def abort(self) -> None:
-        self._cancel_timer()
+        self._disarm()
         if not self.closed and self._transport is not None:
             self.closed = True
             self._transport.close()
@@ -236,17 +241,14 @@ class _UpstreamConnection(asyncio.Protocol):
             self._response = None
         self.abort()
 
-    def _arm_timer(self, deadline: float, what: str) -> None:
-        self._cancel_timer()
-        self._timer = self._loop.call_at(deadline, self._on_timeout, what)
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline = None
+            self._pool._busy.discard(self)
 
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _on_timeout(self, what: str) -> None:
-        self._timer = None
+    def time_out(self) -> None:
+        """Called by the pool's sweep once `deadline` has passed."""
+        what = self._waiting_for
         limit = self._timeouts.total if what == "total" else self._timeouts.first_byte
         self._fail(UpstreamTimeout(f"upstream {self._origin.host}:{self._origin.port} {what} timeout after {limit:g}s"))
 
@@ -270,6 +272,8 @@ class ConnectionPool:
         self._ssl_context = ssl_context
         self._address_policy = address_policy
         self._closing = False
+        self._busy: set[_UpstreamConnection] = set()  # exchanges with a deadline, checked by the sweep
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def request(self, origin: Origin, data: bytes, timeouts: Timeouts) -> UpstreamResponse:
         """Send one pre-encoded HTTP/1.1 request; return when its headers are in."""
@@ -333,8 +337,23 @@ class ConnectionPool:
             raise UpstreamConnectError(f"cannot connect to {origin.host}:{origin.port}: {exc.strerror or exc}") from None
         return conn
 
+    def _watch(self, conn: _UpstreamConnection) -> None:
+        self._busy.add(conn)
+        if self._sweep is None:
+            self._sweep = conn._loop.call_later(TIMEOUT_RESOLUTION_S, self._check_deadlines, conn._loop)
+
+    def _check_deadlines(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        for conn in [c for c in self._busy if c.deadline is not None and c.deadline <= now]:
+            conn.time_out()
+        # Runs only while exchanges are in flight: an idle gateway has no timer ticking.
+        self._sweep = loop.call_later(TIMEOUT_RESOLUTION_S, self._check_deadlines, loop) if self._busy else None
+
     async def close(self) -> None:
         self._closing = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for idle in self._idle.values():
             while idle:
                 idle.pop().abort()
