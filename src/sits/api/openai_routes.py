@@ -12,7 +12,7 @@ import orjson
 from sits.api.auth import bearer_token
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver, stream_usage_of, usage_of
-from sits.api.schemas import ChatCompletionBody, CompletionBody, EmbeddingBody, parse_body
+from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema, include_usage
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
@@ -50,20 +50,17 @@ class OpenAIRoutes:
         self._unknown_fields_seen: set[str] = set()
 
     async def chat_completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        body = self._parse(ChatCompletionBody, request)
-        return await self._forward(request, request_id, "/chat/completions", body, body.prompt_text())
+        return await self._forward(request, request_id, "/chat/completions", CHAT_COMPLETION)
 
     async def completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        body = self._parse(CompletionBody, request)
-        return await self._forward(request, request_id, "/completions", body, body.prompt_text())
+        return await self._forward(request, request_id, "/completions", COMPLETION)
 
     async def embeddings(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        body = self._parse(EmbeddingBody, request)
-        return await self._forward(request, request_id, "/embeddings", body, "")
+        return await self._forward(request, request_id, "/embeddings", EMBEDDING)
 
-    def _parse(self, schema: Any, request: HttpRequest) -> Any:
+    def _parse(self, schema: BodySchema[Any], request: HttpRequest) -> dict[str, Any]:
         try:
-            return parse_body(schema, request.body)
+            return schema.parse(request.body)
         except SitsError as exc:
             if self._observer.metrics is not None:
                 self._observer.metrics.failed(UNKNOWN_MODEL, exc.http_status)
@@ -87,19 +84,22 @@ class OpenAIRoutes:
         return HttpResponse(200, orjson.dumps({"object": "list", "data": data}))
 
     async def _forward(
-        self, request: HttpRequest, request_id: str, api: str, body: Any, prompt_text: str
+        self, request: HttpRequest, request_id: str, api: str, schema: BodySchema[Any]
     ) -> HttpResponse | StreamingResponse:
-        if body.model_extra:
-            self._note_unknown_fields(api, body.model_extra)
-        stream = bool(getattr(body, "stream", False))
+        body = self._parse(schema, request)
+        unknown = schema.unknown_fields(body)
+        if unknown:
+            self._note_unknown_fields(api, unknown)
+        prompt_text = schema.prompt_text(body)
+        model: str = body["model"]
+        stream = body.get("stream") is True
         token = bearer_token(request) if self._director.caching or self._admission else None
         scope = cache_scope(None, token) if self._director.caching else "anonymous"
-        priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, body.model) \
+        priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, model) \
             if self._admission is not None else 1
-        seen = self._observer.begin(request, api, request_id, body.model, body)
-        routing = RoutingRequest(api=api, model=body.model, stream=stream, request_id=request_id,
-                                 prompt_text=prompt_text, cache_scope=scope, priority=priority,
-                                 trace=seen.trace)
+        seen = self._observer.begin(request, api, request_id, model, body)
+        routing = RoutingRequest(api=api, model=model, stream=stream, request_id=request_id, prompt_text=prompt_text,
+                                 cache_scope=scope, priority=priority, trace=seen.trace)
         try:
             exchange = await self._director.run(routing, request.body)
         except SitsError as exc:
@@ -136,7 +136,7 @@ class OpenAIRoutes:
         content_type = exchange.response.headers.get("content-type", "application/json").encode("latin-1")
         return HttpResponse(200, payload, content_type=content_type, headers=headers)
 
-    def _note_unknown_fields(self, api: str, extra: dict[str, Any]) -> None:
+    def _note_unknown_fields(self, api: str, extra: list[str]) -> None:
         """Unknown fields are forwarded unchanged; say so once per field name (bounded)."""
         for name in extra:
             key = f"{api}:{name}"
@@ -213,8 +213,7 @@ def _workflow(result: WorkflowResult, request_id: str, stream: bool, body: Any) 
     """A fusion workflow's answer: a chat completion plus the `sits` extension (docs/workflows.md)."""
     headers = workflow_render.headers(result)
     if stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(200, replay(workflow_render.render_sse(result, request_id, include_usage)),
+        return StreamingResponse(200, replay(workflow_render.render_sse(result, request_id, include_usage(body))),
                                  headers=headers)
     return HttpResponse(200, workflow_render.render_json(result, request_id), headers=headers)
 
@@ -227,7 +226,6 @@ def _canned(answer: CannedAnswer, request_id: str, stream: bool, body: Any) -> H
     if answer.intent:
         headers.append((b"x-sits-intent", answer.intent.encode("latin-1", "replace")))
     if stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(200, replay(render_sse(answer.hit, request_id, include_usage=include_usage)),
+        return StreamingResponse(200, replay(render_sse(answer.hit, request_id, include_usage=include_usage(body))),
                                  headers=headers)
     return HttpResponse(200, render_completion(answer.hit, request_id), headers=headers)

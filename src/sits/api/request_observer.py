@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sits.api.http_types import HttpRequest
@@ -38,7 +38,7 @@ class RequestObserver:
         self._clock = clock
         self._wall_clock = wall_clock
 
-    def begin(self, request: HttpRequest, api: str, request_id: str, model: str, body: Any) -> Observation:
+    def begin(self, request: HttpRequest, api: str, request_id: str, model: str, body: Mapping[str, Any]) -> Observation:
         trace = None
         if self.tracing.enabled:
             attributes: dict[str, Any] = {
@@ -47,7 +47,7 @@ class RequestObserver:
                 "sits.request_id": request_id,
             }
             for name in ("max_tokens", "temperature", "top_p"):
-                value = getattr(body, name, None)
+                value = body.get(name)
                 if isinstance(value, int | float):
                     attributes[f"gen_ai.request.{name}"] = value
             trace = self.tracing.start_request(request.method, request.path, request.headers, attributes)

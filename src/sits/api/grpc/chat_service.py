@@ -36,7 +36,7 @@ from sits.api.grpc.response_codec import SseEvents, completion_from_body
 from sits.api.grpc.status_codes import grpc_status
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
-from sits.api.schemas import ChatCompletionBody, parse_body
+from sits.api.schemas import CHAT_COMPLETION
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
@@ -228,14 +228,15 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         if request.lz4_request:
             request = self._unwrap_lz4(request)
         json_body = request_body(request, stream)
-        body = parse_body(ChatCompletionBody, json_body)
+        body = CHAT_COMPLETION.parse(json_body)
+        model: str = body["model"]
         token = bearer_token(headers) if self._director.caching or self._admission else None
         scope = cache_scope(None, token) if self._director.caching else "anonymous"
-        priority = self._admission.priority_of(headers.headers.get("x-sits-priority"), token, body.model) \
+        priority = self._admission.priority_of(headers.headers.get("x-sits-priority"), token, model) \
             if self._admission is not None else 1
-        prompt = body.prompt_text()
-        seen = self._observer.begin(headers, API, request_id, body.model, body) if self._observer else None
-        routing = RoutingRequest(api=API, model=body.model, stream=stream, request_id=request_id, prompt_text=prompt,
+        prompt = CHAT_COMPLETION.prompt_text(body)
+        seen = self._observer.begin(headers, API, request_id, model, body) if self._observer else None
+        routing = RoutingRequest(api=API, model=model, stream=stream, request_id=request_id, prompt_text=prompt,
                                  cache_scope=scope, priority=priority, trace=seen.trace if seen is not None else None)
         return _Call(routing, json_body, request.response_compression, request.include_usage, seen)
 
