@@ -360,6 +360,8 @@ class PriorityGate:
 
     def _pump(self, now: float, limit: int) -> None:
         """Give free slots to waiters: P0 first, FIFO within a class; drop the expired on the way."""
+        if not any(self._queues):
+            return  # the common case: nobody waits
         for priority in CLASSES:
             queue = self._queues[priority]
             tally = self._tallies[priority]

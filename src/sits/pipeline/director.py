@@ -225,9 +225,13 @@ class Director:
         decision = self._scheduler.schedule(wanted, views, self._rng)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
+        candidates = decision.candidates
+        if not candidates:
+            return Plan(model, (), kind, _rejection(model, wanted, decision)), decision.route_header()
+        if len(model.endpoints) == 1:  # views were built from these endpoints: the one candidate is it
+            return Plan(model, model.endpoints, kind), decision.route_header()
         by_id = {e.id: e for e in model.endpoints}
-        return (Plan(model, tuple(by_id[v.id] for v in decision.candidates), kind, _rejection(model, wanted, decision)),
-                decision.route_header())
+        return Plan(model, tuple(by_id[v.id] for v in candidates), kind), decision.route_header()
 
     async def _send(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
         if endpoint.upstream_model != request.model:
