@@ -170,6 +170,7 @@ class GatewayMetrics(Collector):
         self.queue_wait = Distribution("sits_admission_queue_wait_seconds",
                                        "Time a request waited for an admission slot, by priority.", ("priority",),
                                        QUEUE_BUCKETS)
+        self._queue_wait_by_class: dict[int, Buckets] = {}  # priority -> its series, without a str() per request
         self.admission_rejected = Tally("sits_admission_rejected", "Requests shed by admission, by priority.",
                                         ("priority",))
         self._tallies = (self.requests, self.tokens, self.decisions, self.fallbacks, self.retries, self.attempts,
@@ -229,7 +230,10 @@ class GatewayMetrics(Collector):
         self.cache.inc((result,))
 
     def admitted(self, priority: int, waited_s: float) -> None:
-        self.queue_wait.get((str(priority),)).observe(waited_s)
+        series = self._queue_wait_by_class.get(priority)
+        if series is None:
+            series = self._queue_wait_by_class[priority] = self.queue_wait.get((str(priority),))
+        series.observe(waited_s)
 
     def shed(self, priority: int) -> None:
         self.admission_rejected.inc((str(priority),))
