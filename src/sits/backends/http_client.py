@@ -120,7 +120,9 @@ class UpstreamResponse:
     def _feed(self, data: bytes) -> bool:
         self._chunks.append(data)
         self._buffered += len(data)
-        self._wake()
+        waiter = self._waiter  # _wake() inlined: this runs once per streamed event
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
         return self._buffered > _PAUSE_ABOVE_BYTES
 
     def _finish(self) -> None:
