@@ -1,0 +1,128 @@
+"""CPU instructions SITS executes per request, counted by valgrind (callgrind), not timed.
+
+Wall-clock and CPU-time figures move by 2-3x on a shared 2-core machine (other processes, a
+neighbour on the same physical core); the number of instructions one request costs does not (runs
+repeat within about 1%). This is the figure to compare two commits' hot paths with; the
+side-by-side run (`run_gateway_bench.py`) stays the one that measures req/s and latency.
+
+How: `fast_upstream.py` on CPU 1; `sits serve --backend bench-model=...` under
+`valgrind --tool=callgrind --instr-atstart=no` on CPU 0; a warm-up of `--warmup` requests
+uninstrumented; then `callgrind_control -i on`, `--requests` requests from a closed-loop aiohttp
+client at `--concurrency`, `-i off`, dump, and the total instruction count divided by the requests.
+Valgrind runs the gateway about 50x slower, so the counts include no waiting: only work.
+
+    python bench/bench_instructions.py                       # both modes, this checkout
+    python bench/bench_instructions.py --src ../old/src      # another commit's source (A/B)
+    python bench/bench_instructions.py --json results/instructions.json
+
+Needs `valgrind` (Debian package) and `taskset`. Results: a Markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa: E402
+
+_TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
+
+
+async def _load(port: int, stream: bool, requests: int, concurrency: int) -> float:
+    """Closed loop: `requests` chat completions over `concurrency` keep-alive connections; seconds taken."""
+    import aiohttp
+
+    body = {"model": "bench-model", "messages": [{"role": "user", "content": "hello there"}], "stream": stream}
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    left = requests
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with session.post(url, json=body) as response:
+                    payload = await response.read()
+                    if response.status != 200 or (stream and not payload.rstrip().endswith(b"[DONE]")):
+                        raise RuntimeError(f"bad answer: HTTP {response.status} {payload[:200]!r}")
+
+        started = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), timeout=600)
+        return time.monotonic() - started
+
+
+def measure(python: str, src: Path, stream: bool, requests: int, warmup: int, concurrency: int,
+            procs: ProcessSet, out_dir: Path) -> dict:
+    upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0"], cpus="1")
+    upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
+    port = free_port()
+    out = out_dir / f"callgrind-{'stream' if stream else 'nonstream'}.out"
+    env = {**os.environ, "PYTHONPATH": str(src), "SITS_LOG_LEVEL": "warning"}
+    gateway = procs.start("sits-callgrind", [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+        python, "-m", "sits", "serve", "--backend", f"bench-model=http://127.0.0.1:{upstream_port}/v1",
+        "--host", "127.0.0.1", "--port", str(port)], cpus="0", env=env)
+    try:
+        wait_http_ok(gateway, f"http://127.0.0.1:{port}/readyz", timeout_s=600, interval_s=0.5)
+        asyncio.run(_load(port, stream, warmup, concurrency))
+        subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
+        seconds = asyncio.run(_load(port, stream, requests, concurrency))
+        subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
+        time.sleep(1.0)
+        total = sum(int(m.group(1)) for f in out_dir.glob(out.name + "*") for m in _TOTALS.finditer(f.read_bytes()))
+    finally:
+        procs.stop(gateway)
+        procs.stop(upstream)
+    if total <= 0:
+        raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
+    return {"mode": "stream" if stream else "nonstream", "requests": requests, "concurrency": concurrency,
+            "instructions": total, "instructions_per_request": round(total / requests),
+            "seconds_under_valgrind": round(seconds, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", type=Path, default=ROOT / "src", help="the SITS source tree to run (PYTHONPATH)")
+    ap.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--modes", default="nonstream,stream")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args(argv)
+    if args.requests < 1 or args.requests > 100_000:
+        ap.error("--requests must be in 1..100000")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sits-callgrind-") as tmp:
+        procs = ProcessSet(Path(tmp) / "logs")
+        try:
+            for mode in args.modes.split(","):
+                rows.append(measure(args.python, args.src.resolve(), mode == "stream", args.requests, args.warmup,
+                                    args.concurrency, procs, Path(tmp)))
+        finally:
+            procs.stop_all()
+    print(f"source: {args.src.resolve()}\n")
+    print("| mode | requests | concurrency | instructions per request |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['instructions_per_request']:,} |")
+    if args.json:
+        args.json.write_text(json.dumps({"source": str(args.src.resolve()), "results": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
