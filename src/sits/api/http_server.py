@@ -174,11 +174,15 @@ class HttpServerProtocol(asyncio.Protocol):
         self._count_header_bytes(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_header_bytes(len(name) + len(value) + 4)
+        self._header_bytes += len(name) + len(value) + 4  # the limit check inlined: once per header
+        if self._header_bytes > self._limits.max_header_bytes:
+            self._count_header_bytes(0)
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
-        previous = self._headers.get(key)
-        self._headers[key] = text if previous is None else f"{previous}, {text}"
+        headers = self._headers
+        if key in headers:
+            text = f"{headers[key]}, {text}"
+        headers[key] = text
 
     def on_headers_complete(self) -> None:
         declared = self._headers.get("content-length")
