@@ -197,21 +197,29 @@ def main(argv: list[str] | None = None) -> int:
         cells = uvloop.run(bench(args, ports, pgids))
     finally:
         procs.stop_all()
+    return write_report("bench_grpc.py", argv, started, {"grpcio": grpc.__version__, "pinned": pin}, cells,
+                        args.out, (DOCS, BEGIN, END) if args.update_docs else None)
+
+
+def write_report(script: str, argv: list[str] | None, started: float, versions: dict, cells: list[dict],
+                 out: Path, docs: tuple[Path, str, str] | None) -> int:
+    """The JSON report, the table on stdout and (given `docs`: file, begin and end markers) in the doc;
+    the exit status."""
     report = {
-        "command": "python bench/bench_grpc.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": f"python bench/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(time.time() - started, 1),
-        "machine": {"nproc": os.cpu_count(), "python": platform.python_version(), "grpcio": grpc.__version__,
-                    "pinned": pin, "loadavg_end": " ".join(f"{x:.2f}" for x in os.getloadavg())},
+        "machine": {"nproc": os.cpu_count(), "python": platform.python_version(), **versions,
+                    "loadavg_end": " ".join(f"{x:.2f}" for x in os.getloadavg())},
         "cells": cells,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
     print()
     print(table(cells))
-    print(f"\nwrote {args.out.relative_to(BENCH_DIR.parent) if args.out.is_relative_to(BENCH_DIR.parent) else args.out}")
-    if args.update_docs:
-        replace_between(DOCS, BEGIN, END, table(cells))
+    print(f"\nwrote {out.relative_to(BENCH_DIR.parent) if out.is_relative_to(BENCH_DIR.parent) else out}")
+    if docs is not None:
+        replace_between(*docs, table(cells))
     return 0 if all(c["errors"] == 0 for c in cells) else 1
 
 

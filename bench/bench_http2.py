@@ -17,13 +17,10 @@ the Python client is.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import signal
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -41,7 +38,7 @@ except ImportError:  # re-run under the project venv, which has them
 sys.path.insert(0, str(BENCH_DIR))
 
 from bench_grpc import (  # noqa: E402
-    GATEWAY_CPU, LOAD_CPU, MAX_REQUESTS, add_overhead, context_switches, replace_between, summarize, table,
+    GATEWAY_CPU, LOAD_CPU, MAX_REQUESTS, add_overhead, context_switches, summarize, write_report,
 )
 from grpc_load import LoadResult, grpc_request, run_grpc, run_http  # noqa: E402
 from h2_load import run_h2  # noqa: E402
@@ -132,22 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = uvloop.run(bench(args, ports, gateway.pid))  # type: ignore[attr-defined]
     finally:
         procs.stop_all()
-    report = {
-        "command": "python bench/bench_http2.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(time.time() - started, 1),
-        "machine": {"nproc": os.cpu_count(), "python": platform.python_version(), "h2": h2.__version__,
-                    "pinned": pin, "loadavg_end": " ".join(f"{x:.2f}" for x in os.getloadavg())},
-        "cells": cells,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print()
-    print(table(cells))
-    print(f"\nwrote {args.out.relative_to(BENCH_DIR.parent) if args.out.is_relative_to(BENCH_DIR.parent) else args.out}")
-    if args.update_docs:
-        replace_between(DOCS, BEGIN, END, table(cells))
-    return 0 if all(c["errors"] == 0 for c in cells) else 1
+    return write_report("bench_http2.py", argv, started, {"h2": h2.__version__, "pinned": pin}, cells,
+                        args.out, (DOCS, BEGIN, END) if args.update_docs else None)
 
 
 if __name__ == "__main__":
