@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aux", type=Path, required=True)
     ap.add_argument("--aux-datasets", default="", help="keep auxiliary rows whose id starts with one of these")
     ap.add_argument("--embedder", default="e5")
-    ap.add_argument("--main", default="knn-k100", help="a candidate name from training.CANDIDATES")
+    ap.add_argument("--main", default="knn-k100", choices=[n for c in CANDIDATES.values() for n in c],
+                    help="the router's predictor (a `sits router train` candidate)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE_DIR)
     ap.add_argument("--out", type=Path)
