@@ -106,13 +106,15 @@ class ConcurrencyLimiter(Protocol):
 class _EngineCapped:
     """The effective limit: the learned estimate under the engine's cap, as an int within bounds."""
 
-    __slots__ = ("_bounds", "_pressure", "_engine", "_estimate")
+    __slots__ = ("_bounds", "_pressure", "_engine", "_estimate", "_limit", "_limit_of")
 
     def __init__(self, bounds: LimitBounds, pressure: EnginePressure) -> None:
         self._bounds = bounds
         self._pressure = pressure
         self._engine: EngineLoad | None = None
         self._estimate = float(bounds.initial)
+        self._limit = 0
+        self._limit_of: tuple[float, EngineLoad | None] | None = None  # (estimate, engine) `_limit` was made from
 
     @property
     def estimate(self) -> float:
@@ -121,8 +123,13 @@ class _EngineCapped:
 
     @property
     def limit(self) -> int:
-        capped = self._estimate * self._pressure.factor(self._engine, self._estimate)
-        return int(self._bounds.clamp(math.floor(capped + 1e-9)))  # 29.999... from float noise is 30
+        # Read several times a request, changed by at most one sample: computed once per change.
+        made_of = self._limit_of
+        if made_of is None or made_of[0] != self._estimate or made_of[1] is not self._engine:
+            capped = self._estimate * self._pressure.factor(self._engine, self._estimate)
+            self._limit = int(self._bounds.clamp(math.floor(capped + 1e-9)))  # 29.999... from float noise is 30
+            self._limit_of = (self._estimate, self._engine)
+        return self._limit
 
     def observe_engine(self, load: EngineLoad | None) -> None:
         self._engine = load
