@@ -45,6 +45,8 @@ class OpenAIRoutes:
         self._resume_streams = resume_streams
         self._observer = observer
         self._admission = admission
+        # The caller's key matters to admission only when some key has its own class (the rules are static).
+        self._admission_reads_keys = admission is not None and bool(admission.rules.by_key_sha256)
         self._table = table
         self._created = created
         self._unknown_fields_seen: set[str] = set()
@@ -93,7 +95,7 @@ class OpenAIRoutes:
         prompt_text = schema.prompt_text(body)
         model: str = body["model"]
         stream = body.get("stream") is True
-        token = bearer_token(request) if self._director.caching or self._admission else None
+        token = bearer_token(request) if self._director.caching or self._admission_reads_keys else None
         scope = cache_scope(None, token) if self._director.caching else "anonymous"
         priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, model) \
             if self._admission is not None else 1
