@@ -94,11 +94,6 @@ class UpstreamResponse:
         finally:
             self.close()
 
-    @property
-    def buffered(self) -> bool:
-        """Whether body bytes (or the body's end) are already here: reading now will not wait."""
-        return bool(self._chunks) or self._done or self._error is not None
-
     def close(self) -> None:
         """Abandon the body; an unfinished exchange closes its connection."""
         if not self._done and self._conn is not None:

@@ -63,11 +63,8 @@ class Exchange:
         self._chunks = self.response.iter_chunks()
         self._guard = SseGuard(self.endpoint.id)
         try:
-            if self.response.buffered:  # the first events came with the headers (usual): no timer to arm
+            async with asyncio.timeout(timeout_s):
                 first = await anext(self._chunks, b"")
-            else:
-                async with asyncio.timeout(timeout_s):
-                    first = await anext(self._chunks, b"")
         except TimeoutError:
             self.close()
             raise UpstreamTimeout(f"upstream {self.endpoint.id} sent no token within {timeout_s:g}s") from None
