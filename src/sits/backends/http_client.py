@@ -115,9 +115,7 @@ class UpstreamResponse:
     def _feed(self, data: bytes) -> bool:
         self._chunks.append(data)
         self._buffered += len(data)
-        waiter = self._waiter  # _wake() inlined: this runs once per streamed event
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wake()
         return self._buffered > _PAUSE_ABOVE_BYTES
 
     def _finish(self) -> None:
