@@ -108,11 +108,7 @@ class HttpServerProtocol(asyncio.Protocol):
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._pending: deque[tuple[HttpRequest, bool]] = deque()
-        # One serving task per connection, parked on `_wake` between requests: a new task per
-        # keep-alive request cost more than the future that wakes this one.
         self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Future[None] | None = None
-        self._serving = False  # a request is parsed and not yet fully answered
         self._closed = False
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -153,7 +149,7 @@ class HttpServerProtocol(asyncio.Protocol):
 
     @property
     def busy(self) -> bool:
-        return self._serving
+        return self._task is not None and not self._task.done()
 
     def close(self) -> None:
         if self._transport is not None and not self._closed:
@@ -171,12 +167,14 @@ class HttpServerProtocol(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count_header_bytes(len(url))
+        self._header_bytes += len(url)
+        if self._header_bytes > self._limits.max_header_bytes:
+            self._headers_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_bytes += len(name) + len(value) + 4  # the limit check inlined: once per header
+        self._header_bytes += len(name) + len(value) + 4
         if self._header_bytes > self._limits.max_header_bytes:
-            self._count_header_bytes(0)
+            self._headers_too_large()
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         headers = self._headers
@@ -202,24 +200,10 @@ class HttpServerProtocol(asyncio.Protocol):
         self._pending.append((request, self._parser.should_keep_alive()))
         if len(self._pending) >= _MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
-        self._serving = True
-        if self._task is None:
-            self._task = self._loop.create_task(self._serve())
-        elif self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+        if self._task is None or self._task.done():
+            self._task = self._loop.create_task(self._serve_pending())
 
     # -- answering -----------------------------------------------------------
-
-    async def _serve(self) -> None:
-        while not self._closed:
-            await self._serve_pending()
-            if self._closed:
-                return
-            self._wake = self._loop.create_future()
-            try:
-                await self._wake
-            finally:
-                self._wake = None
 
     async def _serve_pending(self) -> None:
         while self._pending and not self._closed:
@@ -236,7 +220,6 @@ class HttpServerProtocol(asyncio.Protocol):
             if not keep_alive:
                 self.close()
                 return
-        self._serving = False
         if self._transport is not None and not self._closed:
             self._transport.resume_reading()
             self.idle_since = self._loop.time()
@@ -308,7 +291,7 @@ class HttpServerProtocol(asyncio.Protocol):
     def _reject(self, error: SitsError) -> None:
         """Answer a request we could not even parse, then close the connection."""
         self._pending.clear()
-        if not self._serving:
+        if self._task is None or self._task.done():
             self._write_response(self._render_error(error), keep_alive=False)
         self.close()
 
@@ -317,9 +300,5 @@ class HttpServerProtocol(asyncio.Protocol):
             f"request body exceeds the limit of {self._limits.max_body_bytes} bytes", param="body"
         )
 
-    def _count_header_bytes(self, n: int) -> None:
-        self._header_bytes += n
-        if self._header_bytes > self._limits.max_header_bytes:
-            raise _Rejected(
-                HeadersTooLarge(f"request headers exceed the limit of {self._limits.max_header_bytes} bytes")
-            )
+    def _headers_too_large(self) -> None:
+        raise _Rejected(HeadersTooLarge(f"request headers exceed the limit of {self._limits.max_header_bytes} bytes"))

@@ -40,8 +40,8 @@ class OpenAIUpstream:
     def __init__(self, pool: ConnectionPool, guarded_pool: ConnectionPool | None = None) -> None:
         self._pool = pool
         self._guarded_pool = guarded_pool or pool
-        # Keyed by endpoint id, checked by identity: hashing the frozen Endpoint (all its fields, every
-        # request) cost more than building the request bytes. A changed endpoint is a new object.
+        # Keyed by endpoint id, checked by identity: keyed by the frozen Endpoint itself, every request
+        # hashed all its fields (nested timeouts included). A changed endpoint is a new object.
         self._encoded: dict[str, _EncodedEndpoint] = {}
 
     def _encode(self, endpoint: Endpoint) -> _EncodedEndpoint:
