@@ -20,10 +20,13 @@ from sits.understanding.embedders import make_embedder
 from sits.understanding.embedding_cache import cached_embed
 from sits.understanding.quality_router.artifact import load_router
 from sits.understanding.quality_router.metrics import (
-    PairMetrics, Point, assignment_point, cost_to_reach, mix_frontier, pair_metrics, random_apgr, utility_frontier,
+    PairMetrics, Point, assignment_point, cost_to_reach, mix_frontier, pair_metrics, quality_within, random_apgr,
+    utility_frontier,
 )
 from sits.understanding.quality_router.outcomes import Outcomes, load_outcomes, prompt_key
 from sits.understanding.quality_router.training import _lambdas
+
+COST_FRACTIONS = (0.25, 0.5)  # RouterBench's target: the best single model's quality at <= 25% of its cost
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class EvalReport:
     frontiers: dict[str, list[Point]]  # empty without costs
     singles: list[Point]
     reach: dict[str, float | None]  # cost / best single model's cost to reach its quality
+    quality_at: dict[str, dict[str, float]]  # fraction of the best single model's cost -> frontier -> quality
     strong_quality: float
     weak_quality: float
 
@@ -57,6 +61,7 @@ class EvalReport:
             },
             "single_models": [{"model": p.label, "cost": p.cost, "quality": p.quality} for p in self.singles],
             "cost_fraction_to_reach_best_single": self.reach,
+            "quality_at_cost_fraction_of_best_single": self.quality_at,
         }
 
 
@@ -80,6 +85,7 @@ def evaluate(outcomes: Outcomes, predicted: np.ndarray, strong: str | None, weak
     frontiers: dict[str, list[Point]] = {}
     singles: list[Point] = []
     reach: dict[str, float | None] = {}
+    quality_at: dict[str, dict[str, float]] = {}
     if outcomes.costs is not None:
         c = outcomes.costs
         n = len(s)
@@ -100,7 +106,9 @@ def evaluate(outcomes: Outcomes, predicted: np.ndarray, strong: str | None, weak
         for name, pts in frontiers.items():
             hit = cost_to_reach(pts, target)
             reach[name] = None if hit is None else hit / full
-    return EvalReport(len(s), skipped, strong, weak, pair, frontiers, singles, reach,
+        quality_at = {f"{f:g}": {name: quality_within(pts, f * full) for name, pts in frontiers.items()}
+                      for f in COST_FRACTIONS}
+    return EvalReport(len(s), skipped, strong, weak, pair, frontiers, singles, reach, quality_at,
                       float(s[:, si].mean()), float(s[:, wi].mean()))
 
 
@@ -146,6 +154,10 @@ def _print_report(r: EvalReport, out: TextIO) -> None:
     print("\ncost (fraction of the best single model's) to reach its quality:", file=out)
     for name, frac in r.reach.items():
         print(f"  {name:<16}{'not reached' if frac is None else f'{frac:.1%}':>12}", file=out)
+    for f, by_name in r.quality_at.items():
+        print(f"\nquality at <= {float(f):.0%} of the best single model's cost:", file=out)
+        for name, q in by_name.items():
+            print(f"  {name:<16}{q:>12.3f}", file=out)
     print("\nrouter frontier (mean USD per prompt, mean quality):", file=out)
     for p in r.frontiers["router"]:
         print(f"  {p.cost:>12.6f}{p.quality:>8.3f}", file=out)
