@@ -63,19 +63,30 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int) -> flo
         return time.monotonic() - started
 
 
-def measure(python: str, src: Path, stream: bool, requests: int, warmup: int, concurrency: int,
-            procs: ProcessSet, out_dir: Path) -> dict:
+def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
+            procs: ProcessSet, out_dir: Path, config: Path | None = None) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0"], cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
     port = free_port()
     out = out_dir / f"callgrind-{'stream' if stream else 'nonstream'}.out"
     env = {**os.environ, "PYTHONPATH": str(src), "SITS_LOG_LEVEL": "warning"}
-    gateway = procs.start("sits-callgrind", [
+    upstream_url = f"http://127.0.0.1:{upstream_port}/v1"
+    if server == "sits":
+        command = ["-m", "sits", "serve", "--backend", f"bench-model={upstream_url}"]
+        if config is not None:  # the bench model's URL goes where the file says UPSTREAM_URL
+            config_file = out_dir / "config.yaml"
+            config_file.write_text(config.read_text().replace("UPSTREAM_URL", upstream_url))
+            command[3:] = ["--config", str(config_file)]
+    else:  # the bare Python proxy: what any gateway on this stack costs at the least
+        command = [str(HERE / "python_proxy_floor.py"), "--upstream", upstream_url, "--shape", server.split("-")[1]]
+    gateway = procs.start(f"{server}-callgrind", [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-        python, "-m", "sits", "serve", "--backend", f"bench-model=http://127.0.0.1:{upstream_port}/v1",
-        "--host", "127.0.0.1", "--port", str(port)], cpus="0", env=env)
+        python, *command, "--host", "127.0.0.1", "--port", str(port)], cpus="0", env=env)
     try:
-        wait_http_ok(gateway, f"http://127.0.0.1:{port}/readyz", timeout_s=600, interval_s=0.5)
+        if server == "sits":
+            wait_http_ok(gateway, f"http://127.0.0.1:{port}/readyz", timeout_s=600, interval_s=0.5)
+        else:
+            wait_for_line(gateway, "PORT", 600)
         asyncio.run(_load(port, stream, warmup, concurrency))
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
         seconds = asyncio.run(_load(port, stream, requests, concurrency))
@@ -88,7 +99,7 @@ def measure(python: str, src: Path, stream: bool, requests: int, warmup: int, co
         procs.stop(upstream)
     if total <= 0:
         raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
-    return {"mode": "stream" if stream else "nonstream", "requests": requests, "concurrency": concurrency,
+    return {"server": server, "mode": "stream" if stream else "nonstream", "requests": requests, "concurrency": concurrency,
             "instructions": total, "instructions_per_request": round(total / requests),
             "seconds_under_valgrind": round(seconds, 1)}
 
@@ -101,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--modes", default="nonstream,stream")
+    ap.add_argument("--server", default="sits", choices=("sits", "floor-callbacks", "floor-tasks"),
+                    help="SITS, or the bare Python proxy (python_proxy_floor.py) in one of its two shapes")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--config", type=Path, help="serve SITS with this config file instead of --backend (e.g. a "
+                    "feature switched off, to price it); the text UPSTREAM_URL in it becomes the upstream's URL")
     args = ap.parse_args(argv)
     if args.requests < 1 or args.requests > 100_000:
         ap.error("--requests must be in 1..100000")
@@ -110,17 +125,18 @@ def main(argv: list[str] | None = None) -> int:
         procs = ProcessSet(Path(tmp) / "logs")
         try:
             for mode in args.modes.split(","):
-                rows.append(measure(args.python, args.src.resolve(), mode == "stream", args.requests, args.warmup,
-                                    args.concurrency, procs, Path(tmp)))
+                rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests, args.warmup,
+                                    args.concurrency, procs, Path(tmp), args.config))
         finally:
             procs.stop_all()
-    print(f"source: {args.src.resolve()}\n")
+    print(f"server: {args.server}; source: {args.src.resolve()}\n")
     print("| mode | requests | concurrency | instructions per request |")
     print("|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['instructions_per_request']:,} |")
     if args.json:
-        args.json.write_text(json.dumps({"source": str(args.src.resolve()), "results": rows}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()), "results": rows},
+                                        indent=2) + "\n")
     return 0
 
 

@@ -45,7 +45,7 @@ from measure import CellSpec, body_bytes, run_cell, run_wrk  # noqa: E402
 from processes import ProcessSet  # noqa: E402
 from report import add_derived, render_markdown  # noqa: E402
 from stream_probe import check_completion_body, check_stream_body, fetch_once  # noqa: E402
-from targets import LITELLM_VENV, RunningTarget, start_litellm, start_sits, start_upstream  # noqa: E402
+from targets import LITELLM_VENV, RunningTarget, start_litellm, start_python_floor, start_sits, start_upstream  # noqa: E402
 
 RESULTS_DIR = BENCH_DIR / "results"
 TMP_DIR = RESULTS_DIR / "tmp"
@@ -203,8 +203,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="3 s per cell; writes results/gateway-quick.*, leaves README alone")
     ap.add_argument("--duration", type=int, dest="duration_s", help="seconds per cell (default 10, quick 3)")
     ap.add_argument("--concurrency", default="1,16,64", help="comma-separated connection counts")
-    ap.add_argument("--targets", default="direct,sits,litellm",
-                    help="comma-separated subset of direct,sits,litellm,sits-gc (sits-gc: diagnostic, SITS with gc.freeze + higher GC thresholds)")
+    ap.add_argument("--targets", default="direct,python-floor,sits,litellm",
+                    help="comma-separated subset of direct,python-floor,sits,litellm,sits-gc (python-floor: the bare "
+                         "Python proxy, bench/python_proxy_floor.py; sits-gc: diagnostic, SITS with gc.freeze + higher GC thresholds)")
     ap.add_argument("--gateway-cpus", default="0", help="taskset CPU list for the gateway under test")
     ap.add_argument("--load-cpus", default="1", help="taskset CPU list for upstream, wrk, probe and this harness")
     ap.add_argument("--probe-max-requests", type=int, default=1_000_000)
@@ -231,7 +232,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.profile_s = args.profile_s or (5 if args.quick else 10)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(args.targets) - {"direct", "sits", "litellm", "sits-gc"}
+    unknown = set(args.targets) - {"direct", "python-floor", "sits", "litellm", "sits-gc"}
     if unknown:
         ap.error(f"unknown targets: {sorted(unknown)}")
     if "direct" not in args.targets:
@@ -303,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     if name == "direct":
                         target = RunningTarget("direct", upstream.port, upstream.process)
+                    elif name == "python-floor":
+                        target = start_python_floor(procs, upstream.port, args.gateway_cpus)
                     elif name in ("sits", "sits-gc"):
                         target = start_sits(procs, upstream.port, args.gateway_cpus, TMP_DIR / name, gc_variant=name == "sits-gc")
                         results["versions"]["sits"] = target.version

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +155,17 @@ def litellm_version() -> str:
         capture_output=True, text=True, timeout=60,
     )
     return out.stdout.strip()
+
+
+def start_python_floor(procs: ProcessSet, upstream_port: int, cpus: str | None) -> RunningTarget:
+    """The bare Python proxy (python_proxy_floor.py, task-per-request shape): the ceiling of any gateway
+    on uvloop + httptools here, so the run shows what SITS's own work costs next to it."""
+    python = str(PROJECT_PYTHON if PROJECT_PYTHON.exists() else sys.executable)
+    started = time.monotonic()
+    child = procs.start("python-floor", [python, str(BENCH_DIR / "python_proxy_floor.py"), "--shape", "tasks",
+                                         "--upstream", f"http://127.0.0.1:{upstream_port}/v1"], cpus=cpus)
+    port = int(wait_for_line(child, "PORT ", timeout_s=30).split()[1])
+    return RunningTarget("python-floor", port, child, startup_s=time.monotonic() - started, version="")
 
 
 def start_litellm(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path) -> RunningTarget:
