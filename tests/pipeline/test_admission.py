@@ -133,6 +133,23 @@ async def test_admits_up_to_the_limit_and_release_is_idempotent():
     assert gate.in_flight == 0
 
 
+async def test_try_acquire_admits_only_when_a_slot_is_free_and_nobody_waits():
+    gate, _, _ = make_gate(limit=1)
+    first = gate.try_acquire(P1)
+    assert first is not None and gate.in_flight == 1
+    assert gate.try_acquire(P0) is None  # full: the caller must queue with acquire()
+    queued = asyncio.create_task(gate.acquire(P2))
+    await settle(lambda: gate.queued(P2) == 1)
+    first.release()  # the slot goes to the waiter, not to a later try_acquire
+    ticket = await queued
+    assert gate.try_acquire(P0) is None and gate.in_flight == 1
+    ticket.release()
+    late = gate.try_acquire(P0)
+    assert late is not None and gate.snapshot().classes[P0].admitted == 1
+    late.release()
+    assert gate.in_flight == 0
+
+
 async def test_strict_priority_when_slots_free():
     gate, _, _ = make_gate(limit=1)
     holder = await gate.acquire(P1)

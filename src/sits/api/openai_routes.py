@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from time import perf_counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -51,14 +51,14 @@ class OpenAIRoutes:
         self._created = created
         self._unknown_fields_seen: set[str] = set()
 
-    async def chat_completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        return await self._forward(request, request_id, "/chat/completions", CHAT_COMPLETION)
+    def chat_completions(self, request: HttpRequest, request_id: str) -> Awaitable[HttpResponse | StreamingResponse]:
+        return self._forward(request, request_id, "/chat/completions", CHAT_COMPLETION)
 
-    async def completions(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        return await self._forward(request, request_id, "/completions", COMPLETION)
+    def completions(self, request: HttpRequest, request_id: str) -> Awaitable[HttpResponse | StreamingResponse]:
+        return self._forward(request, request_id, "/completions", COMPLETION)
 
-    async def embeddings(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        return await self._forward(request, request_id, "/embeddings", EMBEDDING)
+    def embeddings(self, request: HttpRequest, request_id: str) -> Awaitable[HttpResponse | StreamingResponse]:
+        return self._forward(request, request_id, "/embeddings", EMBEDDING)
 
     def _parse(self, schema: BodySchema[Any], request: HttpRequest) -> dict[str, Any]:
         try:

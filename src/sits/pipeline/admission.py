@@ -285,6 +285,19 @@ class PriorityGate:
         self._make_room(priority, now)
         return await self._wait(priority, deadline, now)
 
+    def try_acquire(self, priority: Priority) -> Ticket | None:
+        """A slot at once if one is free and nobody waits, else None (then `acquire`, which queues).
+
+        The common case without a coroutine: admission runs on every request, queueing on few."""
+        if any(self._queues):
+            return None
+        limit = self._limit()
+        if limit <= 0 or not self._may_start(priority, limit):
+            return None
+        self._in_flight += 1
+        self._tallies[priority].admitted += 1
+        return Ticket(self, priority, 0.0)
+
     @asynccontextmanager
     async def admit(self, priority: Priority, deadline: float | None = None) -> AsyncIterator[Ticket]:
         """`acquire` and `release` around a block that uses the slot in full."""

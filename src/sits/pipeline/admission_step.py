@@ -36,6 +36,10 @@ class Admission:
 
         self.gates = PriorityGates(limit_for, gate_policy(config), clock)
 
+    def try_admit(self, model: str, priority: int) -> Ticket | None:
+        """A ticket at once when the model's gate has a free slot and no queue; None: `admit` must wait."""
+        return self.gates.get(model).try_acquire(CLASSES[priority])
+
     async def admit(self, model: str, priority: int, now: float) -> Ticket:
         cls = CLASSES[priority]  # an index, not Priority(priority): the enum call costs a microsecond
         return await self.gates.get(model).acquire(cls, self.gates.policy.deadline(cls, now))

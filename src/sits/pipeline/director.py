@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -41,6 +42,7 @@ from sits.understanding.tier_rule import choose_tier, nearest_tiers
 from sits.understanding.understander import RequestUnderstander
 
 AUTO_MODEL = "auto"
+_HEALTHY = attrgetter("healthy")
 log = logging.getLogger("sits.scheduling")
 
 
@@ -86,7 +88,11 @@ class Director:
         metrics, trace = self._metrics, request.trace
         if self._workflows is not None and (workflow := self._workflows.workflow_of(request.model)) is not None:
             return await self._workflows.run(workflow, request, body)
-        model, why, intent = await self._resolve_model(table, request)
+        model = table.resolve(request.model)
+        if model is not None:  # the common case: the client named a model or alias
+            why = intent = ""
+        else:
+            model, why, intent = await self._resolve_model(table, request)
         if isinstance(model, str):  # an intent route to a workflow
             assert self._workflows is not None
             return await self._workflows.run(model, request, body, intent)
@@ -100,7 +106,9 @@ class Director:
                     metrics.decision(model.name, "cache-hit")
                 return CannedAnswer(hit, model.name, f"cache{why}", intent=intent)
         now = self._clock()
-        ticket = await self._admit(model.name, request, now) if self._admission else None
+        ticket = self._admit_now(model.name, request) if self._admission else None
+        if ticket is None and self._admission:
+            ticket = await self._admit(model.name, request, now)
         try:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
             span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
@@ -133,6 +141,16 @@ class Director:
         exchange.intent = intent
         exchange.on_finish = ticket.release if ticket is not None else None  # the slot is held until the body ends
         return exchange
+
+    def _admit_now(self, model: str, request: RoutingRequest) -> Any:
+        """A ticket without waiting, or None. Untraced requests only: a traced one takes `_admit` for its span."""
+        if request.trace is not None:
+            return None
+        assert self._admission is not None
+        ticket = self._admission.try_admit(model, request.priority)
+        if ticket is not None and self._metrics is not None:
+            self._metrics.admitted(request.priority, 0.0)
+        return ticket
 
     async def _admit(self, model: str, request: RoutingRequest, now: float) -> Any:
         """An admission ticket (waiting in the priority queue if need be), timed for metrics and spans."""
@@ -215,7 +233,7 @@ class Director:
 
     def _plan(self, model: ModelEntry, request: RoutingRequest, now: float, kind: PlanKind) -> tuple[Plan, str]:
         views = self._views(model.endpoints, now, model.context_window)
-        if not any(v.healthy for v in views):
+        if not any(map(_HEALTHY, views)):
             return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
         # The prefix hash only ranks endpoints against each other: one endpoint needs none.
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,

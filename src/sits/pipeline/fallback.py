@@ -93,7 +93,6 @@ class FallbackChain:
                 last, only_unavailable = plan.rejected, False
                 context_exceeded = context_exceeded or isinstance(plan.rejected, ContextTooLong)
                 continue
-            siblings = [e.id for e in plan.model.endpoints]
             for endpoint in plan.endpoints:
                 if len(attempts) >= self.policy.max_attempts:
                     raise AttemptsFailed(last, attempts, only_unavailable)
@@ -109,8 +108,10 @@ class FallbackChain:
                     raise AttemptsFailed(last, attempts, False)
                 self._breakers.on_attempt(endpoint.id, now)
                 try:
-                    if deadline is None:
-                        exchange = await self._attempt(endpoint, plan.model.name, request, body)
+                    if deadline is None:  # _attempt inlined: one coroutine less on every request
+                        exchange = await self._send(endpoint, plan.model.name, request, body)
+                        if request.stream:
+                            await exchange.prefetch_first_chunk(self.policy.ttft_timeout_s)
                     else:
                         exchange = await self._attempt_before(deadline - now, endpoint, plan.model.name, request,
                                                               body)
@@ -126,7 +127,7 @@ class FallbackChain:
                     if not exc.retryable:
                         exc.headers = (*exc.headers, ("x-sits-attempts", ",".join(attempts)))
                         raise
-                    self._note_failure(endpoint.id, exc, siblings)
+                    self._note_failure(endpoint.id, exc, [e.id for e in plan.model.endpoints])
                     unreached = isinstance(exc, UpstreamConnectError)
                     only_unavailable = only_unavailable and unreached
                     # A refused connection cost the upstream nothing, so retrying it amplifies nothing.
