@@ -13,6 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sits import __version__
 
@@ -72,6 +73,42 @@ async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, worke
         proc.send_signal(signal.SIGTERM)
         returncode = await asyncio.to_thread(proc.wait, 30)
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+async def test_metrics_of_every_worker_in_one_scrape(upstream, tmp_path: Path):
+    """With --workers 2 the kernel spreads connections over both processes; any scrape counts all requests."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SITS, "serve", "--backend", f"m1={upstream.url}", "--port", str(port), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path)},
+    )
+    try:
+        await wait_ready(port)
+        body = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+        workers_seen: set[str] = set()
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+            for _ in range(40):  # a new connection each: SO_REUSEPORT hashes each to a worker
+                async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as response:
+                    assert response.status == 200
+            deadline = time.monotonic() + 10
+            totals: list[float] = []
+            while time.monotonic() < deadline and (len(totals) < 6 or set(totals[-6:]) != {40.0}):
+                await asyncio.sleep(0.3)  # other workers publish once a second
+                async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    text = await response.text()
+                total = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                            if s.name == "sits_requests_total" and s.labels.get("model") == "m1")
+                totals.append(total)
+                workers_seen |= {s.labels["worker"] for f in text_string_to_metric_families(text)
+                                 for s in f.samples if s.name == "sits_endpoint_in_flight_requests"}
+        assert set(totals[-6:]) == {40.0}, totals  # six scrapes in a row, whichever worker answered
+        assert workers_seen == {"0", "1"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(proc.wait, 30)
+    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+    assert not list((tmp_path / "run").glob("metrics-*"))  # the run's folder goes with it
 
 
 def test_missing_weights_package_names_the_pip_command(tmp_path: Path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
 import socket
 
@@ -61,7 +63,10 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
         for m in config.models
     ]})
     ctx = multiprocessing.get_context("spawn")
-    children = [ctx.Process(target=_child, args=(settings.with_overrides(worker_index=i), shared), daemon=False)
+    # One folder per run: a scrape of any worker merges the workers' metrics (telemetry/worker_share.py).
+    metrics_dir = settings.data_dir / "run" / f"metrics-{os.getpid()}"
+    children = [ctx.Process(target=_child, args=(settings.with_overrides(worker_index=i, shared_metrics_dir=metrics_dir),
+                                                 shared), daemon=False)
                 for i in range(settings.workers)]
     for child in children:
         child.start()
@@ -77,6 +82,7 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
         await asyncio.to_thread(child.join, _drain_bound(shared))
     if local is not None:
         await local.stop()
+    shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _drain_bound(config: GatewayConfig) -> float:

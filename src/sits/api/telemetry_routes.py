@@ -25,6 +25,7 @@ from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.live_state import LiveStateCollector
 from sits.telemetry.metrics import GatewayMetrics
 from sits.telemetry.tracing import Tracing
+from sits.telemetry.worker_share import WorkerMetricsShare
 
 DASHBOARD_PREFIX = "/dashboard/"
 _ASSETS = {"dashboard.js": b"application/javascript; charset=utf-8", "dashboard.css": b"text/css; charset=utf-8"}
@@ -39,7 +40,7 @@ class SamplingChange(BaseModel):
 class TelemetryRoutes:
     def __init__(self, metrics: GatewayMetrics | None, tracing: Tracing, decisions: DecisionLog,
                  snapshot: LiveSnapshot, guard: AdminGuard, registry_version: Callable[[], int],
-                 loopback_only: bool = False) -> None:
+                 loopback_only: bool = False, share: WorkerMetricsShare | None = None) -> None:
         """`loopback_only`: the gateway listens on loopback alone, so with no admin key configured
         the read-only dashboard state is served to local callers (a laptop works out of the box)."""
         self._open_state = loopback_only and not guard.configured
@@ -49,6 +50,7 @@ class TelemetryRoutes:
         self._snapshot = snapshot
         self._guard = guard
         self._registry_version = registry_version
+        self._share = share  # with --workers N: every worker's metrics in one scrape
         if metrics is not None:
             metrics.registry.register(LiveStateCollector(snapshot))
         package = resources.files("sits.api") / "dashboard_assets"
@@ -57,7 +59,8 @@ class TelemetryRoutes:
     async def metrics(self, request: HttpRequest, request_id: str) -> HttpResponse:
         if self._metrics is None:
             raise NotFound("metrics are off (telemetry.metrics: false)")
-        return HttpResponse(200, generate_latest(self._metrics.registry), content_type=CONTENT_TYPE_LATEST.encode())
+        text = self._share.exposition() if self._share is not None else generate_latest(self._metrics.registry)
+        return HttpResponse(200, text, content_type=CONTENT_TYPE_LATEST.encode())
 
     async def otel_health(self, request: HttpRequest, request_id: str) -> HttpResponse:
         return HttpResponse(200, orjson.dumps(self._tracing.status()))
