@@ -102,6 +102,13 @@ class ContextTooLong(ClientError):
     code = "context_length_exceeded"
 
 
+class ModelNotCapable(ClientError):
+    """The request needs a capability (tools, vision, json output) that no model it may go to declares."""
+
+    http_status = 400
+    code = "model_not_capable"
+
+
 class Overloaded(SitsError):
     """No capacity now; the client should retry later (Retry-After)."""
 

@@ -87,11 +87,13 @@ class BodySchema(Generic[B]):
     Plain dicts rather than pydantic models: the gateway reads a few keys, and building a model instance
     cost about 13k instructions a request more (`bench/bench_instructions.py`, commit ae2ca2c vs its parent)."""
 
-    def __init__(self, typed: type[B], prompt_text: Callable[[B], str]) -> None:
+    def __init__(self, typed: type[B], prompt_text: Callable[[B], str],
+                 needs: Callable[[B], frozenset[str]] = lambda body: NO_NEEDS) -> None:
         self._adapter: TypeAdapter[B] = TypeAdapter(typed)
         self.known = typed.__required_keys__ | typed.__optional_keys__
         self._required = len(typed.__required_keys__)
         self.prompt_text = prompt_text
+        self.needs = needs  # what the request needs of a model (the scheduler's capability filter)
 
     def parse(self, body: bytes) -> B:
         """Validate a JSON body; raise a ClientError naming the first offending field."""
@@ -119,6 +121,34 @@ def _chat_prompt_text(body: ChatCompletionBody) -> str:
     return "\n".join(parts)
 
 
+NO_NEEDS: frozenset[str] = frozenset()
+_JSON_FORMATS = ("json_object", "json_schema")
+_IMAGE_PARTS = ("image_url", "input_image")
+
+
+def _chat_needs(body: ChatCompletionBody) -> frozenset[str]:
+    """`tools` (tools or functions given), `json` (a JSON response_format), `vision` (an image part)."""
+    needs: list[str] = []
+    if body.get("tools") or body.get("functions"):
+        needs.append("tools")
+    response_format = body.get("response_format")
+    if response_format and response_format.get("type") in _JSON_FORMATS:
+        needs.append("json")
+    for m in body["messages"]:
+        content = m.get("content")
+        if content and not isinstance(content, str) and any(
+                isinstance(p, dict) and p.get("type") in _IMAGE_PARTS for p in content):
+            needs.append("vision")
+            break
+    return frozenset(needs) if needs else NO_NEEDS
+
+
+def max_tokens_of(body: Mapping[str, Any]) -> int:
+    """The completion budget the client asked for (0: none), for the context-window filter."""
+    asked = body.get("max_completion_tokens") or body.get("max_tokens")
+    return asked if type(asked) is int else 0
+
+
 def _completion_prompt_text(body: CompletionBody) -> str:
     prompt = body["prompt"]
     if isinstance(prompt, str):
@@ -126,7 +156,7 @@ def _completion_prompt_text(body: CompletionBody) -> str:
     return "\n".join(p for p in prompt if isinstance(p, str))
 
 
-CHAT_COMPLETION = BodySchema(ChatCompletionBody, _chat_prompt_text)
+CHAT_COMPLETION = BodySchema(ChatCompletionBody, _chat_prompt_text, _chat_needs)
 COMPLETION = BodySchema(CompletionBody, _completion_prompt_text)
 EMBEDDING = BodySchema(EmbeddingBody, lambda body: "")
 

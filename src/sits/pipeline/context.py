@@ -23,3 +23,6 @@ class RoutingRequest(NamedTuple):
     tenant: str | None = None
     cache_scope: str = "anonymous"  # whose cache entries this request may see
     trace: RequestTrace | None = None  # this request's spans, when tracing is on
+    # For the scheduling filters: what the request needs of a model, and the completion it asks for.
+    needs: frozenset[str] = frozenset()  # "tools", "vision", "json"
+    max_tokens: int = 0  # 0: the client did not say

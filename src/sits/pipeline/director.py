@@ -15,7 +15,15 @@ from typing import Any
 import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
-from sits.errors import ContextTooLong, ModelNotFound, Overloaded, SitsError, UpstreamStatusError, UpstreamTimeout
+from sits.errors import (
+    ContextTooLong,
+    ModelNotCapable,
+    ModelNotFound,
+    Overloaded,
+    SitsError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.canned_answer import CannedAnswer
@@ -232,11 +240,12 @@ class Director:
             yield self._plan(bigger, request, now, "larger-context")[0]
 
     def _plan(self, model: ModelEntry, request: RoutingRequest, now: float, kind: PlanKind) -> tuple[Plan, str]:
-        views = self._views(model.endpoints, now, model.context_window)
+        views = self._views(model, now)
         if not any(map(_HEALTHY, views)):
             return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
         # The prefix hash only ranks endpoints against each other: one endpoint needs none.
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
+                                   request.max_tokens, request.needs,
                                    prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
         if self._hints is not None:
             wanted = self._hints.hinted(model, request.prompt_text, wanted)
@@ -335,22 +344,25 @@ class Director:
         busy = sum(self._stats.get(i).in_flight for i in endpoints)
         return min(1.0, busy / (4.0 * max(1, len(endpoints))))
 
-    def _views(self, endpoints: tuple[Endpoint, ...], now: float, context_window: int | None) -> list[EndpointView]:
+    def _views(self, model: ModelEntry, now: float) -> list[EndpointView]:
+        """Each endpoint's live signals, plus its model's declared metadata (capabilities, tier, SLA, price)."""
         views = []
+        context_window, capabilities, tier = model.context_window, model.capabilities or None, model.tier
+        sla_ms, price = model.latency_p95_ms, (model.cost_per_1k_input or 0.0) + (model.cost_per_1k_output or 0.0)
         available = self._health.available
         allows = self._breakers.allows
         limits = self._admission.limits if self._admission is not None else None
-        for e in endpoints:
+        for e in model.endpoints:
             s = self._stats.get(e.id)
             engine = s.engine
             if limits is not None and engine is not None:
                 limits.get(e.id).observe_engine(engine)  # engine queue / KV-cache pressure caps the limit
+            # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
             views.append(EndpointView(
-                e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s, s.latency_p95_s,
-                s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
-                queue_depth=(engine.waiting or 0) if engine else 0,
-                kv_cache_usage=engine.kv_cache_usage if engine else None,
-                dynamic_weight=s.dynamic_weight, context_window=context_window,
+                e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s,
+                s.latency_p95_s, s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
+                (engine.waiting or 0) if engine else 0, engine.kv_cache_usage if engine else None, None,
+                s.dynamic_weight, capabilities, context_window, tier, price, sla_ms,
             ))
         return views
 
@@ -374,7 +386,14 @@ def _decision_reason(route: str, why: str) -> str:
 
 def _rejection(model: ModelEntry, wanted: SchedulingRequest, decision: Decision) -> SitsError | None:
     """A decision with no candidate because the prompt exceeds the model's window is the client's
-    context error (the chain then tries larger-context models), whatever the number of endpoints."""
+    context error (the chain then tries larger-context models), whatever the number of endpoints;
+    one because the model lacks a capability the request needs is the client's too (the chain
+    then tries the model's fallbacks)."""
+    if decision.rejected_by == "capability-filter":
+        missing = ", ".join(sorted(wanted.needs - model.capabilities))
+        return ModelNotCapable(f"The model '{model.name}' does not support {missing} (its capabilities: "
+                               f"{', '.join(sorted(model.capabilities))}), and no fallback model that does "
+                               "could serve the request.", param="model")
     if decision.rejected_by != "context-window-filter":
         return None
     return ContextTooLong(f"This model's maximum context length is {model.context_window} tokens; the messages "
