@@ -39,7 +39,7 @@ class EvalReport:
     frontiers: dict[str, list[Point]]  # empty without costs
     singles: list[Point]
     reach: dict[str, float | None]  # cost / best single model's cost to reach its quality
-    quality_at: dict[str, dict[str, float]]  # fraction of the best single model's cost -> frontier -> quality
+    quality_at: dict[str, dict[str, float | None]]  # fraction of the best single model's cost -> frontier -> quality
     strong_quality: float
     weak_quality: float
 
@@ -85,7 +85,7 @@ def evaluate(outcomes: Outcomes, predicted: np.ndarray, strong: str | None, weak
     frontiers: dict[str, list[Point]] = {}
     singles: list[Point] = []
     reach: dict[str, float | None] = {}
-    quality_at: dict[str, dict[str, float]] = {}
+    quality_at: dict[str, dict[str, float | None]] = {}
     if outcomes.costs is not None:
         c = outcomes.costs
         n = len(s)
@@ -157,7 +157,7 @@ def _print_report(r: EvalReport, out: TextIO) -> None:
     for f, by_name in r.quality_at.items():
         print(f"\nquality at <= {float(f):.0%} of the best single model's cost:", file=out)
         for name, q in by_name.items():
-            print(f"  {name:<16}{q:>12.3f}", file=out)
+            print(f"  {name:<16}{'-' if q is None else f'{q:.3f}':>12}", file=out)
     print("\nrouter frontier (mean USD per prompt, mean quality):", file=out)
     for p in r.frontiers["router"]:
         print(f"  {p.cost:>12.6f}{p.quality:>8.3f}", file=out)

@@ -104,9 +104,9 @@ def cost_to_reach(points: list[Point], quality: float) -> float | None:
     return min(hits) if hits else None
 
 
-def quality_within(points: list[Point], cost: float) -> float:
-    """The best quality on a frontier at `cost` or less (0 when every point costs more)."""
-    return max((p.quality for p in points if p.cost <= cost * (1 + 1e-9)), default=0.0)
+def quality_within(points: list[Point], cost: float) -> float | None:
+    """The best quality on a frontier at `cost` or less (None when every point costs more)."""
+    return max((p.quality for p in points if p.cost <= cost * (1 + 1e-9)), default=None)
 
 
 def frontier_auc(points: list[Point], lo: float, hi: float, grid: int = 50) -> float:
