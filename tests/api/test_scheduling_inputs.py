@@ -101,3 +101,17 @@ async def test_max_tokens_over_every_window_is_a_context_error_before_any_upstre
     assert info.value.code == "context_length_exceeded"
     assert "maximum context length is 1000 tokens" in info.value.message
     assert upstream.log.requests == []
+
+
+async def test_model_auto_picks_a_model_that_can_serve_the_request(upstream, upstream_b, start_gateway):
+    gateway = await start_gateway({"server": {"drain_timeout_s": 2}, "control": {"allow_loopback": True}, "models": [
+        {"name": "tiny", "tier": "tiny", "capabilities": ["chat"], "endpoints": [{"url": upstream.url}]},
+        {"name": "heavy", "tier": "heavy", "capabilities": ["chat", "tools"], "endpoints": [{"url": upstream_b.url}]},
+    ]})
+    client = sdk(gateway)
+    hello = [{"role": "user", "content": "hi"}]
+    plain = await client.chat.completions.with_raw_response.create(model="auto", messages=hello)
+    assert plain.headers["x-sits-model"] == "tiny"  # a short prompt: the tier rule's choice
+    tools = await client.chat.completions.with_raw_response.create(model="auto", messages=hello, tools=TOOLS)
+    assert tools.headers["x-sits-model"] == "heavy"  # the only model that declares tools
+    assert "auto=tier tiny" in tools.headers["x-sits-route"]

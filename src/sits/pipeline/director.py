@@ -318,7 +318,7 @@ class Director:
         """Model "auto": intent routes, the quality router, or the tier rule choose the model."""
         if self._understander is None:
             choice = choose_tier(request.prompt_text)
-            return self._in_tier(table, choice.tier), f"; auto=tier {choice.tier}: {choice.reason}", ""
+            return self._in_tier(table, choice.tier, request.needs), f"; auto=tier {choice.tier}: {choice.reason}", ""
         u = await self._understander.understand(request.prompt_text, self._load(table), tuple(table.models))
         header = u.intent_header()
         if u.route is not None and self._workflows is not None and \
@@ -328,15 +328,19 @@ class Director:
             return table.models[u.route.model], f"; auto=intent route {u.intent} -> {u.route.model}", header
         if u.router is not None and u.router.model in table.models:
             return table.models[u.router.model], f"; auto=quality router: {u.router.reason}", header
-        return self._in_tier(table, u.tier), f"; auto=tier {u.tier}: {u.reason}", header
+        return self._in_tier(table, u.tier, request.needs), f"; auto=tier {u.tier}: {u.reason}", header
 
     @staticmethod
-    def _in_tier(table: RoutingTable, tier: str) -> ModelEntry:
+    def _in_tier(table: RoutingTable, tier: str, needs: frozenset[str] = frozenset()) -> ModelEntry:
+        """The first model of the tier (else the nearest tier) that can serve what the request needs;
+        with none able, the first of the tier anyway (its capability filter then answers 400)."""
+        first: ModelEntry | None = None
         for candidate_tier in nearest_tiers(tier):
-            candidates = table.models_in_tier(candidate_tier)
-            if candidates:
-                return candidates[0]
-        return next(iter(table.models.values()))
+            for candidate in table.models_in_tier(candidate_tier):
+                if not needs or not candidate.capabilities or needs <= candidate.capabilities:
+                    return candidate
+                first = first or candidate
+        return first or next(iter(table.models.values()))
 
     def _load(self, table: RoutingTable) -> float:
         """Gateway-wide load in [0, 1] for tier selection: in-flight requests per endpoint, against 4 each."""
