@@ -3,6 +3,7 @@ capabilities a model declares, and the client's max_tokens against the context w
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import openai
@@ -11,6 +12,7 @@ import pytest
 
 from sits.api.schemas import CHAT_COMPLETION, max_tokens_of
 from tests.conftest import sdk
+from tests.upstream_server import FakeUpstream
 
 MESSAGES = [{"role": "user", "content": "what is the weather in Paris?"}]
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}]
@@ -115,3 +117,38 @@ async def test_model_auto_picks_a_model_that_can_serve_the_request(upstream, ups
     tools = await client.chat.completions.with_raw_response.create(model="auto", messages=hello, tools=TOOLS)
     assert tools.headers["x-sits-model"] == "heavy"  # the only model that declares tools
     assert "auto=tier tiny" in tools.headers["x-sits-route"]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan", "inf", "3600001"])
+async def test_a_malformed_sla_header_is_422_naming_it(upstream, start_gateway, value):
+    gateway = await start_gateway(config(upstream.url))
+    with pytest.raises(openai.UnprocessableEntityError) as info:
+        await sdk(gateway).chat.completions.create(model="small", messages=MESSAGES,
+                                                   extra_headers={"x-sits-sla-ms": value})
+    assert info.value.body["param"] == "x-sits-sla-ms"
+    assert upstream.log.requests == []
+
+
+async def test_the_request_sla_keeps_it_off_an_endpoint_slower_than_that(upstream, start_gateway):
+    slow = FakeUpstream("slow", chunk_delay=0.05)  # a stream of 5 chunks: about 250 ms
+    await slow.start()
+    try:
+        gateway = await start_gateway({"server": {"drain_timeout_s": 2}, "control": {"allow_loopback": True},
+                                       "models": [{"name": "m", "endpoints": [{"url": upstream.url},
+                                                                              {"url": slow.url}]}]})
+        client = sdk(gateway)
+
+        async def stream(prompt: str, **headers: str) -> str:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": prompt}], stream=True, extra_headers=headers)
+            async for _ in raw.parse():
+                pass
+            return raw.headers["x-sits-endpoint"]
+
+        used = {await stream(f"warm-up {i}") for i in range(16)}  # different prompts: both endpoints measured
+        assert used == {"m/ep-0", "m/ep-1"}
+        await asyncio.sleep(0.3)  # p95 is recomputed every 0.2 s
+        picked = [await stream(f"bounded {i}", **{"x-sits-sla-ms": "100"}) for i in range(8)]
+        assert set(picked) == {"m/ep-0"}  # the slow endpoint's p95 is over the request's 100 ms
+    finally:
+        await slow.stop()

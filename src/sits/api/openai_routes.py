@@ -12,7 +12,15 @@ import orjson
 from sits.api.auth import bearer_token
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver, stream_usage_of, usage_of
-from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema, include_usage, max_tokens_of
+from sits.api.schemas import (
+    CHAT_COMPLETION,
+    COMPLETION,
+    EMBEDDING,
+    BodySchema,
+    include_usage,
+    max_tokens_of,
+    sla_ms_of,
+)
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
@@ -102,7 +110,7 @@ class OpenAIRoutes:
         seen = self._observer.begin(request, api, request_id, model, body)
         routing = RoutingRequest(api=api, model=model, stream=stream, request_id=request_id, prompt_text=prompt_text,
                                  cache_scope=scope, priority=priority, trace=seen.trace, needs=schema.needs(body),
-                                 max_tokens=max_tokens_of(body))
+                                 max_tokens=max_tokens_of(body), sla_ms=sla_ms_of(request.headers))
         try:
             exchange = await self._director.run(routing, request.body)
         except SitsError as exc:

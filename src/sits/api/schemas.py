@@ -149,6 +149,25 @@ def max_tokens_of(body: Mapping[str, Any]) -> int:
     return asked if type(asked) is int else 0
 
 
+SLA_HEADER = "x-sits-sla-ms"
+_MAX_SLA_MS = 3_600_000.0
+
+
+def sla_ms_of(headers: Mapping[str, str]) -> float | None:
+    """The request's own latency bound (`x-sits-sla-ms`), for the SLA filter; 422 if malformed."""
+    text = headers.get(SLA_HEADER)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= _MAX_SLA_MS:  # NaN fails this too
+        raise UnprocessableRequest(f"{SLA_HEADER} must be a number of milliseconds in (0, {_MAX_SLA_MS:g}], "
+                                   f"got {text[:40]!r}", param=SLA_HEADER)
+    return value
+
+
 def _completion_prompt_text(body: CompletionBody) -> str:
     prompt = body["prompt"]
     if isinstance(prompt, str):

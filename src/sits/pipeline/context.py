@@ -26,3 +26,4 @@ class RoutingRequest(NamedTuple):
     # For the scheduling filters: what the request needs of a model, and the completion it asks for.
     needs: frozenset[str] = frozenset()  # "tools", "vision", "json"
     max_tokens: int = 0  # 0: the client did not say
+    sla_ms: float | None = None  # the request's own latency bound (x-sits-sla-ms)

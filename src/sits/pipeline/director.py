@@ -245,7 +245,7 @@ class Director:
             return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
         # The prefix hash only ranks endpoints against each other: one endpoint needs none.
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
-                                   request.max_tokens, request.needs,
+                                   request.max_tokens, request.needs, request.sla_ms,
                                    prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
         if self._hints is not None:
             wanted = self._hints.hinted(model, request.prompt_text, wanted)

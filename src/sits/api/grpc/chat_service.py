@@ -36,7 +36,7 @@ from sits.api.grpc.response_codec import SseEvents, completion_from_body
 from sits.api.grpc.status_codes import grpc_status
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
-from sits.api.schemas import CHAT_COMPLETION, max_tokens_of
+from sits.api.schemas import CHAT_COMPLETION, max_tokens_of, sla_ms_of
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
@@ -238,7 +238,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         seen = self._observer.begin(headers, API, request_id, model, body) if self._observer else None
         routing = RoutingRequest(api=API, model=model, stream=stream, request_id=request_id, prompt_text=prompt,
                                  cache_scope=scope, priority=priority, trace=seen.trace if seen is not None else None,
-                                 needs=CHAT_COMPLETION.needs(body), max_tokens=max_tokens_of(body))
+                                 needs=CHAT_COMPLETION.needs(body), max_tokens=max_tokens_of(body),
+                                 sla_ms=sla_ms_of(headers.headers))
         return _Call(routing, json_body, request.response_compression, request.include_usage, seen)
 
     def _unwrap_lz4(self, request: pb.ChatCompletionRequest) -> pb.ChatCompletionRequest:
