@@ -14,7 +14,7 @@ import uvloop
 
 from sits.app import Gateway
 from sits.backends.local.supervisor import LocalWorkerPool
-from sits.control.config import EndpointConfig, GatewayConfig, ModelConfig
+from sits.control.config import EndpointConfig, GatewayConfig
 from sits.control.local_models import local_model_specs
 from sits.settings import Settings
 from sits.runtime.gc_tuning import freeze_startup_heap
@@ -56,12 +56,7 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
     specs = local_model_specs(config)
     local = LocalWorkerPool() if specs else None
     urls = dict(await local.start(specs, settings.data_dir)) if local is not None else {}
-    shared = config.model_copy(update={"models": [
-        ModelConfig(name=m.name, tier=m.tier, description=m.description, aliases=m.aliases,
-                    endpoints=[EndpointConfig(url=urls[m.name], upstream_model=m.name)])
-        if m.local is not None else m
-        for m in config.models
-    ]})
+    shared = with_local_urls(config, urls)
     ctx = multiprocessing.get_context("spawn")
     # One folder per run: a scrape of any worker merges the workers' metrics (telemetry/worker_share.py).
     metrics_dir = settings.data_dir / "run" / f"metrics-{os.getpid()}"
@@ -83,6 +78,16 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
     if local is not None:
         await local.stop()
     shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def with_local_urls(config: GatewayConfig, urls: dict[str, str]) -> GatewayConfig:
+    """The config the worker processes share: each local model becomes a model served at its worker's
+    URL, with everything else it declares kept (window, capabilities, fallbacks, prices...)."""
+    return config.model_copy(update={"models": [
+        m.model_copy(update={"local": None, "endpoints": [EndpointConfig(url=urls[m.name], upstream_model=m.name)]})
+        if m.local is not None else m
+        for m in config.models
+    ]})
 
 
 def _drain_bound(config: GatewayConfig) -> float:

@@ -76,3 +76,27 @@ async def test_full_p2_queue_sheds_with_429_and_retry_after(upstream, start_gate
 
     statuses = await asyncio.gather(*(ask() for _ in range(5)))
     assert statuses.count(200) >= 2 and 429 in statuses
+
+
+async def test_a_model_max_concurrency_caps_its_requests_in_flight(upstream, start_gateway):
+    """`max_concurrency: 2` on the model: six concurrent streams, never more than two at the upstream,
+    the others queue and all complete."""
+    upstream.stream_chunks, upstream.chunk_delay = 4, 0.03
+    cfg = config(upstream.url, 64)
+    cfg["models"][0]["max_concurrency"] = 2
+    gateway = await start_gateway(cfg)
+    client = sdk(gateway)
+    gate = gateway.admission.gates.get("m")
+    peak = 0
+
+    async def ask(i: int) -> None:
+        nonlocal peak
+        stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{i}"}],
+                                                      stream=True)
+        async for _ in stream:
+            peak = max(peak, gate.in_flight)
+
+    await asyncio.gather(*(ask(i) for i in range(6)))
+    assert 1 <= peak <= 2
+    assert gate.snapshot().limit == 2
+    assert len(upstream.log.requests) == 6

@@ -76,6 +76,7 @@ class ModelConfig(_Strict):
     latency_p95_ms: PositiveFloat | None = None
     cost_per_1k_input: Annotated[float, Field(ge=0)] | None = None
     cost_per_1k_output: Annotated[float, Field(ge=0)] | None = None
+    max_concurrency: Annotated[int, Field(ge=1)] | None = None  # caps the model's admission gate
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:

@@ -93,6 +93,7 @@ def records_from_config(config: GatewayConfig, local_urls: dict[str, str]) -> li
             description=m.description, aliases=tuple(m.aliases), fallbacks=tuple(m.fallbacks),
             context_window=m.context_window, capabilities=tuple(m.capabilities),
             cost_per_1k_input=m.cost_per_1k_input, cost_per_1k_output=m.cost_per_1k_output,
-            latency_p95_ms=m.latency_p95_ms, cache=m.cache, next_endpoint_index=len(endpoints),
+            latency_p95_ms=m.latency_p95_ms, max_concurrency=m.max_concurrency, cache=m.cache,
+            next_endpoint_index=len(endpoints),
         ))
     return records

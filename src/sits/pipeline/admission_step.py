@@ -30,6 +30,8 @@ class Admission:
                 if total is None:
                     entry = current.models.get(model)
                     total = self.limits.total(e.id for e in entry.endpoints) if entry is not None else 0
+                    if entry is not None and entry.max_concurrency is not None:
+                        total = min(total, entry.max_concurrency)  # the operator's cap on the whole model
                     self._totals[model] = total
                 return total
             return limit
