@@ -30,6 +30,10 @@ _STATUS_LINES = {
     s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus
 }
 _MAX_PIPELINED = 16
+# Header names as sent -> lower-case str: clients send the same few names on every request, and a
+# lookup costs less than decoding and lower-casing each one. Bounded: odd names are decoded each time.
+_HEADER_NAMES: dict[bytes, str] = {}
+_HEADER_NAMES_KEPT = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +179,11 @@ class HttpServerProtocol(asyncio.Protocol):
         self._header_bytes += len(name) + len(value) + 4
         if self._header_bytes > self._limits.max_header_bytes:
             self._headers_too_large()
-        key = name.decode("latin-1").lower()
+        key = _HEADER_NAMES.get(name)
+        if key is None:
+            key = name.decode("latin-1").lower()
+            if len(_HEADER_NAMES) < _HEADER_NAMES_KEPT:
+                _HEADER_NAMES[name] = key
         text = value.decode("latin-1")
         headers = self._headers
         if key in headers:

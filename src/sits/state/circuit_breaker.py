@@ -47,13 +47,15 @@ class CircuitBreakers:
         return breaker.state
 
     def allows(self, endpoint_id: str, now: float) -> bool:
+        if endpoint_id not in self._by_id:
+            return True  # never failed: closed (the common case, without the state machine)
         state = self.state(endpoint_id, now)
         if state == "closed":
             return True
         return state == "half-open" and not self._by_id[endpoint_id].trial_in_flight
 
     def on_attempt(self, endpoint_id: str, now: float) -> None:
-        if self.state(endpoint_id, now) == "half-open":
+        if endpoint_id in self._by_id and self.state(endpoint_id, now) == "half-open":
             self._by_id[endpoint_id].trial_in_flight = True
 
     def on_success(self, endpoint_id: str) -> None:
