@@ -61,7 +61,7 @@ def add_router_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     train.add_argument("--model-kind", choices=("auto", "knn", "logistic", "mf"), default="auto",
                        help="predictor; auto picks by validation APGR/quality (default)")
     # e5 measured better than MiniLM on both RouteLLM sets (docs/understanding.md) and needs no torch.
-    train.add_argument("--embedder", default="e5", help="e5, minilm, charngram or joined by + (default e5)")
+    train.add_argument("--embedder", default="e5", help="e5, minilm, charngram, each optionally NAME@last (the prompt's last blank-line block), or joined by + (default e5)")
     train.add_argument("--holdout", type=float, default=0.0,
                        help="fraction of rows kept out of training (seeded) for `router eval` (default 0)")
     train.add_argument("--seed", type=int, default=0)
