@@ -75,7 +75,7 @@ async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, worke
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
 
 
-async def test_metrics_of_every_worker_in_one_scrape(upstream, tmp_path: Path):
+async def test_metrics_and_dashboard_of_every_worker_in_one_answer(upstream, tmp_path: Path):
     """With --workers 2 the kernel spreads connections over both processes; any scrape counts all requests."""
     port = free_port()
     proc = subprocess.Popen(
@@ -102,13 +102,17 @@ async def test_metrics_of_every_worker_in_one_scrape(upstream, tmp_path: Path):
                 totals.append(total)
                 workers_seen |= {s.labels["worker"] for f in text_string_to_metric_families(text)
                                  for s in f.samples if s.name == "sits_endpoint_in_flight_requests"}
+            async with session.get(f"http://127.0.0.1:{port}/v1/dashboard/state") as response:
+                dashboard = await response.json()
         assert set(totals[-6:]) == {40.0}, totals  # six scrapes in a row, whichever worker answered
         assert workers_seen == {"0", "1"}
+        assert dashboard["workers"] == 2 and dashboard["totals"]["requests"] == 40
+        assert len(dashboard["decisions"]) == 40  # both workers' recent decisions
     finally:
         proc.send_signal(signal.SIGTERM)
         returncode = await asyncio.to_thread(proc.wait, 30)
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
-    assert not list((tmp_path / "run").glob("metrics-*"))  # the run's folder goes with it
+    assert not list((tmp_path / "run").glob("workers-*"))  # the run's folder goes with it
 
 
 def test_missing_weights_package_names_the_pip_command(tmp_path: Path):

@@ -83,7 +83,7 @@ from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.metrics import GatewayMetrics
-from sits.telemetry.worker_share import WorkerMetricsShare
+from sits.telemetry.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
 from sits.understanding.factory import build_understander
 from sits.understanding.settings import UnderstandingConfig
@@ -211,14 +211,12 @@ class Gateway:
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
         self.live_snapshot = LiveSnapshot(self.routing_table, self._stats, self._health, self._breakers,
                                           self.admission, self._clock, scheduling=self.scheduling_metrics)
-        # With --workers N: a scrape of any worker answers with every worker's metrics.
-        self._metrics_share = WorkerMetricsShare(self.metrics.registry, settings.shared_metrics_dir,
-                                                 settings.worker_index) \
-            if self.metrics is not None and settings.shared_metrics_dir is not None \
-            and settings.worker_index is not None else None
+        # With --workers N: /metrics and the dashboard of any worker answer with every worker's figures.
+        self._worker_share = WorkerShare(settings.worker_share_dir, settings.worker_index) \
+            if settings.worker_share_dir is not None and settings.worker_index is not None else None
         telemetry_routes = TelemetryRoutes(self.metrics, self.tracing, decisions, self.live_snapshot, admin_guard,
                                            lambda: self.registry.version, loopback_only=_is_loopback(self.host),
-                                           share=self._metrics_share)
+                                           share=self._worker_share)
         health = HealthRoutes(self.readiness)
         control_routes = ControlRoutes(
             self.registry, admin_guard, self._health, self._breakers,
@@ -350,8 +348,8 @@ class Gateway:
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
         if self._engine_metrics is not None:
             self._engine_metrics.start()
-        if self._metrics_share is not None:
-            self._metrics_share.start()
+        if self._worker_share is not None:
+            self._worker_share.start()
         loop = asyncio.get_running_loop()
         protocol = self._http1_protocol
         if sock is not None:
@@ -391,8 +389,8 @@ class Gateway:
             self.http2.close_all()
         if self._engine_metrics is not None:
             await self._engine_metrics.stop()
-        if self._metrics_share is not None:
-            await self._metrics_share.stop()
+        if self._worker_share is not None:
+            await self._worker_share.stop()
         if self._prober_task is not None:
             await cancel_and_wait([self._prober_task])
         await self.cluster.stop()

@@ -58,9 +58,9 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
     urls = dict(await local.start(specs, settings.data_dir)) if local is not None else {}
     shared = with_local_urls(config, urls)
     ctx = multiprocessing.get_context("spawn")
-    # One folder per run: a scrape of any worker merges the workers' metrics (telemetry/worker_share.py).
-    metrics_dir = settings.data_dir / "run" / f"metrics-{os.getpid()}"
-    children = [ctx.Process(target=_child, args=(settings.with_overrides(worker_index=i, shared_metrics_dir=metrics_dir),
+    # One folder per run: any worker's /metrics and dashboard merge all workers' (telemetry/worker_share.py).
+    share_dir = settings.data_dir / "run" / f"workers-{os.getpid()}"
+    children = [ctx.Process(target=_child, args=(settings.with_overrides(worker_index=i, worker_share_dir=share_dir),
                                                  shared), daemon=False)
                 for i in range(settings.workers)]
     for child in children:
@@ -77,7 +77,7 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
         await asyncio.to_thread(child.join, _drain_bound(shared))
     if local is not None:
         await local.stop()
-    shutil.rmtree(metrics_dir, ignore_errors=True)
+    shutil.rmtree(share_dir, ignore_errors=True)
 
 
 def with_local_urls(config: GatewayConfig, urls: dict[str, str]) -> GatewayConfig:

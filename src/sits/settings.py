@@ -18,8 +18,9 @@ class Settings:
     config_path: Path | None = None
     workers: int = 1
     worker_index: int | None = None  # set by `--workers N` for each gateway process (0..N-1), never from the env
-    # Set with worker_index: the folder the workers share /metrics through (telemetry/worker_share.py).
-    shared_metrics_dir: Path | None = None
+    # Set with worker_index: the folder the workers share /metrics and the dashboard through
+    # (telemetry/worker_share.py).
+    worker_share_dir: Path | None = None
     log_level: str = "info"
     log_format: str = "json"  # json or text
     # OpenTelemetry: the standard OTLP endpoint variable, and the sampling ratio (None: by environment).

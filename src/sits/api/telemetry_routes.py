@@ -25,7 +25,9 @@ from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.live_state import LiveStateCollector
 from sits.telemetry.metrics import GatewayMetrics
 from sits.telemetry.tracing import Tracing
-from sits.telemetry.worker_share import WorkerMetricsShare
+from sits.telemetry import worker_dashboard, worker_metrics
+from sits.telemetry.worker_dashboard import merge_dashboards
+from sits.telemetry.worker_share import WorkerShare
 
 DASHBOARD_PREFIX = "/dashboard/"
 _ASSETS = {"dashboard.js": b"application/javascript; charset=utf-8", "dashboard.css": b"text/css; charset=utf-8"}
@@ -40,7 +42,7 @@ class SamplingChange(BaseModel):
 class TelemetryRoutes:
     def __init__(self, metrics: GatewayMetrics | None, tracing: Tracing, decisions: DecisionLog,
                  snapshot: LiveSnapshot, guard: AdminGuard, registry_version: Callable[[], int],
-                 loopback_only: bool = False, share: WorkerMetricsShare | None = None) -> None:
+                 loopback_only: bool = False, share: WorkerShare | None = None) -> None:
         """`loopback_only`: the gateway listens on loopback alone, so with no admin key configured
         the read-only dashboard state is served to local callers (a laptop works out of the box)."""
         self._open_state = loopback_only and not guard.configured
@@ -50,7 +52,11 @@ class TelemetryRoutes:
         self._snapshot = snapshot
         self._guard = guard
         self._registry_version = registry_version
-        self._share = share  # with --workers N: every worker's metrics in one scrape
+        self._share = share  # with --workers N: every worker's figures in one answer
+        if share is not None:
+            if metrics is not None:
+                share.add(worker_metrics.KIND, lambda: worker_metrics.families_of(metrics.registry))
+            share.add(worker_dashboard.KIND, self._local_state)
         if metrics is not None:
             metrics.registry.register(LiveStateCollector(snapshot))
         package = resources.files("sits.api") / "dashboard_assets"
@@ -59,7 +65,8 @@ class TelemetryRoutes:
     async def metrics(self, request: HttpRequest, request_id: str) -> HttpResponse:
         if self._metrics is None:
             raise NotFound("metrics are off (telemetry.metrics: false)")
-        text = self._share.exposition() if self._share is not None else generate_latest(self._metrics.registry)
+        registry = self._metrics.registry
+        text = worker_metrics.exposition(registry, self._share) if self._share is not None else generate_latest(registry)
         return HttpResponse(200, text, content_type=CONTENT_TYPE_LATEST.encode())
 
     async def otel_health(self, request: HttpRequest, request_id: str) -> HttpResponse:
@@ -90,6 +97,13 @@ class TelemetryRoutes:
     async def dashboard_state(self, request: HttpRequest, request_id: str) -> HttpResponse:
         if not self._open_state:
             self._guard.check(request)
+        payload = self._local_state()
+        if self._share is not None:
+            payload = merge_dashboards(self._share.gather(worker_dashboard.KIND, payload), self._share.worker)
+        return HttpResponse(200, orjson.dumps(payload), headers=[(b"cache-control", b"no-store")])
+
+    def _local_state(self) -> dict[str, Any]:
+        """This process's dashboard state (with --workers N, one worker's part of the answer)."""
         state = self._snapshot()
         models: dict[str, list[dict[str, Any]]] = {}
         for row in state.endpoints:
@@ -111,7 +125,7 @@ class TelemetryRoutes:
             "decisions": self._decisions.recent(50),
             "tracing": self._tracing.status(),
         }
-        return HttpResponse(200, orjson.dumps(payload), headers=[(b"cache-control", b"no-store")])
+        return payload
 
     def _totals(self) -> dict[str, float]:
         """Counter totals the dashboard turns into rates (requests, errors, cache hits, fallbacks, retries)."""
