@@ -12,10 +12,13 @@ import time
 from pathlib import Path
 
 import aiohttp
+import openai
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sits import __version__
+from tests.pipeline.fusion.financial_reports import make_report
 
 SITS = [sys.executable, "-m", "sits"]
 
@@ -113,6 +116,40 @@ async def test_metrics_and_dashboard_of_every_worker_in_one_answer(upstream, tmp
         returncode = await asyncio.to_thread(proc.wait, 30)
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
     assert not list((tmp_path / "run").glob("workers-*"))  # the run's folder goes with it
+
+
+async def test_a_file_uploaded_to_one_worker_is_usable_through_every_worker(upstream, tmp_path: Path):
+    """--workers 2: POST /v1/files lands on one worker; requests naming the file id, each on a new
+    connection, reach both workers and all find it."""
+    config = tmp_path / "sits.yaml"
+    config.write_text(yaml.safe_dump({
+        "control": {"allow_loopback": True},
+        "models": [{"name": "m1", "endpoints": [{"url": upstream.url}]}],
+        "workflows": {"doc": {"steps": [{"kind": "parse_document"}, {"kind": "generate", "branches": [{"model": "m1"}]}]}},
+    }))
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SITS, "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path / "data")},
+    )
+    try:
+        await wait_ready(port)
+        def client() -> openai.AsyncOpenAI:  # a client of its own per call: a new connection each time
+            return openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+
+        uploaded = await client().files.create(file=("q3.pdf", make_report(2).pdf, "application/pdf"),
+                                               purpose="user_data")
+        ask = [{"role": "user", "content": [{"type": "text", "text": "Summarise the report."},
+                                            {"type": "file", "file": {"file_id": uploaded.id}}]}]
+        for _ in range(12):  # SO_REUSEPORT spreads the new connections over both workers
+            async with client() as each:
+                answer = await each.chat.completions.create(model="workflow:doc", messages=ask)
+            assert answer.choices[0].message.content
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(proc.wait, 30)
+    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
 
 
 def test_missing_weights_package_names_the_pip_command(tmp_path: Path):

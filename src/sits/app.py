@@ -199,7 +199,9 @@ class Gateway:
         # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
         limits = _section(AttachmentLimits, config.attachments, "attachments")
         workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
-        uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time), \
+        shared_uploads = settings.worker_share_dir / "uploads" if settings.worker_share_dir is not None else None
+        uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time,
+                                         shared_uploads), \
             DocumentParser(limits.max_pages)
         director.attach_workflows(WorkflowRunner(
             workflows, check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
