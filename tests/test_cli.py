@@ -152,6 +152,36 @@ async def test_a_file_uploaded_to_one_worker_is_usable_through_every_worker(upst
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
 
 
+async def test_a_model_registered_through_one_worker_is_served_by_every_worker(upstream, tmp_path: Path):
+    """--workers 2 share the registry's store: a model registered through the control API on one
+    connection is listed and served on new connections, whichever worker takes them."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SITS, "serve", "--backend", f"m1={upstream.url}", "--port", str(port), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path), "SITS_ADMIN_KEY": "adm"},
+    )
+    try:
+        await wait_ready(port)
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+            registration = {"name": "hot", "endpoint": upstream.url}
+            async with session.post(f"{base}/v1/models/register", json=registration,
+                                    headers={"Authorization": "Bearer adm"}) as response:
+                assert response.status == 201, await response.text()
+            await asyncio.sleep(1.0)  # the other worker catches up within 0.5 s
+            body = {"model": "hot", "messages": [{"role": "user", "content": "hi"}]}
+            for _ in range(12):  # new connections: both workers answer some
+                async with session.get(f"{base}/v1/models") as response:
+                    assert "hot" in {m["id"] for m in (await response.json())["data"]}
+                async with session.post(f"{base}/v1/chat/completions", json=body) as response:
+                    assert response.status == 200 and response.headers["x-sits-model"] == "hot"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(proc.wait, 30)
+    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
 def test_missing_weights_package_names_the_pip_command(tmp_path: Path):
     config = tmp_path / "local.yaml"
     config.write_text("models:\n  - name: ghost\n    tier: tiny\n    local:\n      gguf: package:sits-no-such-weights\n")

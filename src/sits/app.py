@@ -94,6 +94,7 @@ log = logging.getLogger("sits")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+REGISTRY_SYNC_S = 0.5
 DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files"})
 
 
@@ -160,6 +161,7 @@ class Gateway:
         self._tracker = ConnectionTracker()
         self._server: asyncio.Server | None = None
         self._prober_task: asyncio.Task[None] | None = None
+        self._registry_sync: asyncio.Task[None] | None = None  # --workers N: catch up with the others' changes
         self._limits = ServerLimits(
             max_body_bytes=config.server.max_body_bytes,
             max_header_bytes=config.server.max_header_bytes,
@@ -348,6 +350,8 @@ class Gateway:
         # Saved adapter registrations come back, and the engines say where they are loaded (background).
         self._adapters_restored = asyncio.create_task(self.adapters.restore(), name="sits-adapters")
         self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
+        if self._worker_share is not None:
+            self._registry_sync = asyncio.create_task(self._follow_registry(), name="sits-registry-sync")
         if self._engine_metrics is not None:
             self._engine_metrics.start()
         if self._worker_share is not None:
@@ -365,6 +369,16 @@ class Gateway:
             await self.http2.start(self.host, reuse_port=sock is not None)
         log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
                  ", ".join(self.routing_table().names()))
+
+    async def _follow_registry(self, interval_s: float = REGISTRY_SYNC_S) -> None:
+        """With --workers N the processes share the registry's store; a change made through one worker
+        reaches the others within `interval_s` (each change also syncs first, so none is lost)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.registry.sync()
+            except Exception:  # a store that cannot be read now may be readable at the next tick
+                log.exception("registry sync failed")
 
     async def stop(self) -> None:
         """Report not ready, stop accepting, drain in-flight requests (bounded), stop runnables, close clients."""
@@ -395,6 +409,8 @@ class Gateway:
             await self._worker_share.stop()
         if self._prober_task is not None:
             await cancel_and_wait([self._prober_task])
+        if self._registry_sync is not None:
+            await cancel_and_wait([self._registry_sync])
         await self.cluster.stop()
         await self._answers.close()
         if self._understander is not None:

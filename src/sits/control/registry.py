@@ -30,7 +30,7 @@ from sits.control.registry_records import (
 from sits.control.table_builder import build_routing_table
 from sits.errors import Conflict, ModelNotFound, NotFound, PreconditionFailed, SitsError, UnprocessableRequest
 from sits.state.endpoint_health import HealthBoard
-from sits.state.registry_store import RegistryStore
+from sits.state.registry_store import RegistryStore, StaleRegistryVersion
 from sits.state.routing_table import RoutingTable
 
 log = logging.getLogger("sits.registry")
@@ -57,6 +57,7 @@ class Registry:
         self._health = health
         self._publish = publish
         self._records: dict[str, ModelRecord] = {}
+        self._config_records: list[ModelRecord] = []
         self._config_names: set[str] = set()
         self._aliases: dict[str, str] = {}
         self.version = 0
@@ -67,17 +68,31 @@ class Registry:
     # -- startup -------------------------------------------------------------
 
     async def load(self, config_records: list[ModelRecord], config_aliases: Mapping[str, str]) -> None:
-        stored = await asyncio.to_thread(self._store.load)
-        records = {r.name: r for r in config_records}
-        self._config_names = set(records)
-        for name, data in stored.records.items():
-            record = record_from_json(data)
-            if name in records:
-                log.warning("registered model %r shadows the config model of the same name", name)
-            records[name] = record
+        self._config_records = list(config_records)
+        self._config_names = {r.name for r in config_records}
         self._aliases = dict(config_aliases)
-        self.version = stored.version
-        self._apply(records, self.version)
+        await self._reload(warn=True)
+
+    async def sync(self) -> bool:
+        """Catch up with changes another process sharing the store committed (`sits serve --workers N`:
+        a registration through one worker reaches the others). True if there were any."""
+        async with self._lock:
+            return await self._sync_locked()
+
+    async def _sync_locked(self) -> bool:
+        if await asyncio.to_thread(self._store.stored_version) == self.version:
+            return False
+        await self._reload(warn=False)
+        return True
+
+    async def _reload(self, warn: bool) -> None:
+        stored = await asyncio.to_thread(self._store.load)
+        records = {r.name: r for r in self._config_records}
+        for name, data in stored.records.items():
+            if warn and name in records:
+                log.warning("registered model %r shadows the config model of the same name", name)
+            records[name] = record_from_json(data)
+        self._apply(records, stored.version)
 
     # -- reads -----------------------------------------------------------------
 
@@ -94,6 +109,7 @@ class Registry:
 
     async def register(self, reg: ModelRegistration, if_match: int | None) -> Change:
         async with self._lock:
+            await self._sync_locked()  # another worker process may have changed the store
             self._check_version(if_match)
             if reg.name in self._records:
                 raise Conflict(f"model '{reg.name}' already exists; PATCH it or DELETE it first", param="name")
@@ -108,6 +124,7 @@ class Registry:
 
     async def update(self, name: str, upd: ModelUpdate, if_match: int | None) -> Change:
         async with self._lock:
+            await self._sync_locked()  # another worker process may have changed the store
             self._check_version(if_match)
             record = self._owned(name)
             fields = upd.model_dump(exclude_unset=True)
@@ -116,12 +133,14 @@ class Registry:
 
     async def remove(self, name: str, if_match: int | None) -> Change:
         async with self._lock:
+            await self._sync_locked()  # another worker process may have changed the store
             self._check_version(if_match)
             self._owned(name)
             return await self._commit({}, {name})
 
     async def add_endpoint(self, name: str, ep: EndpointRegistration, if_match: int | None) -> Change:
         async with self._lock:
+            await self._sync_locked()  # another worker process may have changed the store
             self._check_version(if_match)
             record = self._owned(name)
             new = await self._endpoint(endpoint_id(name, record.next_endpoint_index), ep, "url")
@@ -132,6 +151,7 @@ class Registry:
     async def remove_endpoint(self, name: str, endpoint_ref: str, if_match: int | None) -> Change:
         """`endpoint_ref`: the endpoint's id ("model/ep-1") or its part after the model name ("ep-1")."""
         async with self._lock:
+            await self._sync_locked()  # another worker process may have changed the store
             self._check_version(if_match)
             record = self._owned(name)
             full_id = endpoint_ref if endpoint_ref.startswith(f"{name}/") else f"{name}/{endpoint_ref}"
@@ -147,6 +167,7 @@ class Registry:
         """Changes another replica made: checked and persisted like local ones (no If-Match, no
         `on_change` echo). Config models here win over replicated ones of the same name."""
         async with self._lock:
+            await self._sync_locked()
             upserts = {n: r for n, r in upserts.items()
                        if n not in self._config_names and self._records.get(n) != r}
             deletes = {n for n in deletes if n in self._records and n not in self._config_names}
@@ -182,8 +203,13 @@ class Registry:
             build_routing_table(records.values(), self._aliases, self._secrets, self.version + 1)
         except SitsError as exc:
             raise UnprocessableRequest(exc.message, param=exc.param) from None
-        version = await asyncio.to_thread(
-            self._store.commit, self.version, {n: record_to_json(r) for n, r in upserts.items()}, deletes)
+        try:
+            version = await asyncio.to_thread(
+                self._store.commit, self.version, {n: record_to_json(r) for n, r in upserts.items()}, deletes)
+        except StaleRegistryVersion:  # another process committed between our sync and this commit
+            await self._reload(warn=False)
+            raise Conflict("the registry changed while this change was being made (another gateway process "
+                           "committed first); nothing was applied, retry it", param=None) from None
         self._apply(records, version)
         if announce and self.on_change is not None:
             self.on_change(upserts, deletes)

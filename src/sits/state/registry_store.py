@@ -68,6 +68,14 @@ class RegistryStore:
                 raise self._translate(exc) from exc
         return StoredRegistry(version, records)
 
+    def stored_version(self) -> int:
+        """The committed version alone: a cheap way to see whether another process changed the store."""
+        with self._lock:
+            try:
+                return _stored_version(self._open())
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from exc
+
     def commit(self, expected_version: int, upserts: Mapping[str, bytes], deletes: Set[str]) -> int:
         """Apply every upsert and delete in one transaction, or none; return the new version.
 
