@@ -182,6 +182,37 @@ async def test_a_model_registered_through_one_worker_is_served_by_every_worker(u
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
 
 
+async def test_an_alias_switched_through_one_worker_routes_on_every_worker(upstream, upstream_b, tmp_path: Path):
+    """--workers 2 replicate through their shared folder: an alias switch made through one worker
+    routes the alias to its new target on new connections, whichever worker takes them."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SITS, "serve", "--backend", f"m1={upstream.url}", "--backend", f"m2={upstream_b.url}",
+         "--port", str(port), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path), "SITS_ADMIN_KEY": "adm"},
+    )
+    try:
+        await wait_ready(port)
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+            async with session.post(f"{base}/v1/aliases/chat/switch", json={"to": "m2"},
+                                    headers={"Authorization": "Bearer adm"}) as response:
+                assert response.status == 202, await response.text()
+            body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+            served: list[str] = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (len(served) < 12 or set(served[-12:]) != {"m2"}):
+                async with session.post(f"{base}/v1/chat/completions", json=body) as response:
+                    served.append(response.headers.get("x-sits-model", str(response.status)))
+                await asyncio.sleep(0.05)
+        assert set(served[-12:]) == {"m2"}, served  # twelve new connections in a row, both workers
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(proc.wait, 30)
+    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
 def test_missing_weights_package_names_the_pip_command(tmp_path: Path):
     config = tmp_path / "local.yaml"
     config.write_text("models:\n  - name: ghost\n    tier: tiny\n    local:\n      gguf: package:sits-no-such-weights\n")

@@ -246,7 +246,8 @@ class Gateway:
         self.cluster = ClusterNode(
             config.cluster, replica_id(config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings),
             settings.data_dir,
-            settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed))
+            settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed),
+            workers_folder=settings.worker_share_dir / "cluster" if settings.worker_share_dir is not None else None)
         self.cluster.attach_registry(self.registry)  # models registered at runtime replicate too
         self.cluster.attach_breakers(self._breakers)  # so do circuit openings and closings
         cluster_routes = ClusterRoutes(self.cluster, admin_guard)

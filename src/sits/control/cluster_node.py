@@ -29,7 +29,7 @@ from sits.state.crdt.gcounter import GCounter
 from sits.state.crdt.hlc import HybridClock
 from sits.state.crdt.lww_map import LWWMap
 from sits.state.endpoint_stats import StatsStore
-from sits.state.replication import http_peers, redis_transport
+from sits.state.replication import folder_transport, http_peers, redis_transport
 from sits.state.replication.document import ClusterDoc
 from sits.state.replication.records import ReplicaStatus
 from sits.state.replication.replica import Replica
@@ -49,7 +49,10 @@ class ClusterNode:
     def __init__(self, config: ClusterConfig, replica_id: str, data_dir: Path, admin_token: str | None,
                  stats: StatsStore, publish: Callable[[RoutingTable], None], rng: random.Random,
                  monotonic: Callable[[], float] = time.monotonic,
-                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+                 workers_folder: Path | None = None) -> None:
+        """`workers_folder`: with `sits serve --workers N`, the folder the run's workers share; they
+        replicate through it (folder_transport.py) besides any Redis or HTTP peers."""
         self.config = config
         self.replica = Replica(replica_id, HybridClock(replica_id, wall_ms), monotonic)
         self.aliases = AliasSwitchboard(self.replica, rng)
@@ -74,6 +77,8 @@ class ClusterNode:
                                   "set SITS_ADMIN_KEY (or control.admin_key_env) on every replica")
             self.http = http_peers.HttpPeerTransport(self.replica, config.peers, admin_token, config.anti_entropy_s,
                                                      config.timeout_s)
+        self.workers = folder_transport.FolderTransport(self.replica, workers_folder) \
+            if workers_folder is not None else None
         self.registry: RegistryReplication | None = None
         self.circuits: CircuitReplication | None = None
         self.replica.watch(self._on_document)
@@ -226,10 +231,11 @@ class ClusterNode:
     # -- internals ---------------------------------------------------------------------
 
     def _transports(self) -> list[Transport]:
-        return [t for t in (self.redis, self.http) if t is not None]
+        return [t for t in (self.redis, self.http, self.workers) if t is not None]
 
     def _transport_names(self) -> list[str]:
-        return [n for n, t in (("redis", self.redis), ("http", self.http)) if t is not None]
+        return [n for n, t in (("redis", self.redis), ("http", self.http), (folder_transport.NAME, self.workers))
+                if t is not None]
 
     def _since(self, transport: str) -> float | None:
         at = self.replica.last_sync.get(transport)

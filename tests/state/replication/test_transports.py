@@ -14,6 +14,7 @@ from aiohttp import web
 
 from sits.state.crdt import GCounter, HybridClock, Stamp
 from sits.state.replication.document import ClusterDoc
+from sits.state.replication.folder_transport import FolderTransport
 from sits.state.replication.http_peers import SYNC_PATH, HttpPeerTransport
 from sits.state.replication.records import AliasRoute
 from sits.state.replication.redis_transport import RedisTransport
@@ -159,3 +160,22 @@ async def test_a_stale_stamp_never_overwrites_a_newer_switch():
 
 async def _async(value: bool) -> bool:
     return value
+
+
+async def test_worker_processes_converge_through_their_shared_folder(tmp_path):
+    """`--workers N`: each worker's document in its own file; every round merges the others'."""
+    workers = [replica(f"gw#w{i}") for i in range(3)]
+    transports = [FolderTransport(r, tmp_path, interval_s=0.05) for r in workers]
+    for t in transports:
+        await t.start()
+    try:
+        workers[0].commit(alias_doc("chat", AliasRoute("m@v2", "m@v1"), workers[0].stamp()))
+        workers[2].commit(alias_doc("embed", AliasRoute("e@v1"), workers[2].stamp()))
+        await converged(workers, 2, "three workers through one folder")
+        assert all(w.doc.aliases.get("chat") == AliasRoute("m@v2", "m@v1") for w in workers)
+        assert all(w.doc.aliases.get("embed") == AliasRoute("e@v1") for w in workers)
+        (tmp_path / "cluster-torn.json").write_bytes(b'{"version": 1, "origin"')  # a torn file is skipped
+        transports[1].exchange()
+    finally:
+        for t in transports:
+            await t.stop()
