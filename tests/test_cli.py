@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -78,139 +80,112 @@ async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, worke
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
 
 
-async def test_metrics_and_dashboard_of_every_worker_in_one_answer(upstream, tmp_path: Path):
-    """With --workers 2 the kernel spreads connections over both processes; any scrape counts all requests."""
+@contextlib.asynccontextmanager
+async def serving_two_workers(args: list[str], data_dir: Path) -> AsyncIterator[str]:
+    """`sits serve ARGS --workers 2` on a free port (admin key "adm"); yields its base URL once ready
+    and checks at the end that the gateway stops cleanly."""
     port = free_port()
     proc = subprocess.Popen(
-        [*SITS, "serve", "--backend", f"m1={upstream.url}", "--port", str(port), "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path)},
+        [*SITS, "serve", *args, "--port", str(port), "--workers", "2"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(data_dir), "SITS_ADMIN_KEY": "adm"},
     )
     try:
         await wait_ready(port)
-        body = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
-        workers_seen: set[str] = set()
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            for _ in range(40):  # a new connection each: SO_REUSEPORT hashes each to a worker
-                async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as response:
-                    assert response.status == 200
-            deadline = time.monotonic() + 10
-            totals: list[float] = []
-            while time.monotonic() < deadline and (len(totals) < 6 or set(totals[-6:]) != {40.0}):
-                await asyncio.sleep(0.3)  # other workers publish once a second
-                async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
-                    text = await response.text()
-                total = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-                            if s.name == "sits_requests_total" and s.labels.get("model") == "m1")
-                totals.append(total)
-                workers_seen |= {s.labels["worker"] for f in text_string_to_metric_families(text)
-                                 for s in f.samples if s.name == "sits_endpoint_in_flight_requests"}
-            async with session.get(f"http://127.0.0.1:{port}/v1/dashboard/state") as response:
-                dashboard = await response.json()
-        assert set(totals[-6:]) == {40.0}, totals  # six scrapes in a row, whichever worker answered
-        assert workers_seen == {"0", "1"}
-        assert dashboard["workers"] == 2 and dashboard["totals"]["requests"] == 40
-        assert len(dashboard["decisions"]) == 40  # both workers' recent decisions
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGTERM)
         returncode = await asyncio.to_thread(proc.wait, 30)
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+def fresh_connections() -> aiohttp.ClientSession:
+    """A new connection per request: SO_REUSEPORT hashes each to one of the workers."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+
+
+async def test_metrics_and_dashboard_of_every_worker_in_one_answer(upstream, tmp_path: Path):
+    """Any worker's /metrics and dashboard count the requests every worker answered."""
+    body = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+    workers_seen: set[str] = set()
+    async with serving_two_workers(["--backend", f"m1={upstream.url}"], tmp_path) as base, \
+            fresh_connections() as session:
+        for _ in range(40):
+            async with session.post(f"{base}/v1/chat/completions", json=body) as response:
+                assert response.status == 200
+        deadline = time.monotonic() + 10
+        totals: list[float] = []
+        while time.monotonic() < deadline and (len(totals) < 6 or set(totals[-6:]) != {40.0}):
+            await asyncio.sleep(0.3)  # other workers publish once a second
+            async with session.get(f"{base}/metrics") as response:
+                text = await response.text()
+            total = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                        if s.name == "sits_requests_total" and s.labels.get("model") == "m1")
+            totals.append(total)
+            workers_seen |= {s.labels["worker"] for f in text_string_to_metric_families(text)
+                             for s in f.samples if s.name == "sits_endpoint_in_flight_requests"}
+        async with session.get(f"{base}/v1/dashboard/state", headers={"Authorization": "Bearer adm"}) as response:
+            dashboard = await response.json()
+    assert set(totals[-6:]) == {40.0}, totals  # six scrapes in a row, whichever worker answered
+    assert workers_seen == {"0", "1"}
+    assert dashboard["workers"] == 2 and dashboard["totals"]["requests"] == 40
+    assert len(dashboard["decisions"]) == 40  # both workers' recent decisions
     assert not list((tmp_path / "run").glob("workers-*"))  # the run's folder goes with it
 
 
 async def test_a_file_uploaded_to_one_worker_is_usable_through_every_worker(upstream, tmp_path: Path):
-    """--workers 2: POST /v1/files lands on one worker; requests naming the file id, each on a new
-    connection, reach both workers and all find it."""
+    """POST /v1/files lands on one worker; requests naming the file id on new connections all find it."""
     config = tmp_path / "sits.yaml"
     config.write_text(yaml.safe_dump({
         "control": {"allow_loopback": True},
         "models": [{"name": "m1", "endpoints": [{"url": upstream.url}]}],
         "workflows": {"doc": {"steps": [{"kind": "parse_document"}, {"kind": "generate", "branches": [{"model": "m1"}]}]}},
     }))
-    port = free_port()
-    proc = subprocess.Popen(
-        [*SITS, "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path / "data")},
-    )
-    try:
-        await wait_ready(port)
+    async with serving_two_workers(["--config", str(config)], tmp_path / "data") as base:
         def client() -> openai.AsyncOpenAI:  # a client of its own per call: a new connection each time
-            return openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+            return openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
 
         uploaded = await client().files.create(file=("q3.pdf", make_report(2).pdf, "application/pdf"),
                                                purpose="user_data")
         ask = [{"role": "user", "content": [{"type": "text", "text": "Summarise the report."},
                                             {"type": "file", "file": {"file_id": uploaded.id}}]}]
-        for _ in range(12):  # SO_REUSEPORT spreads the new connections over both workers
+        for _ in range(12):
             async with client() as each:
                 answer = await each.chat.completions.create(model="workflow:doc", messages=ask)
             assert answer.choices[0].message.content
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        returncode = await asyncio.to_thread(proc.wait, 30)
-    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
 
 
 async def test_a_model_registered_through_one_worker_is_served_by_every_worker(upstream, tmp_path: Path):
-    """--workers 2 share the registry's store: a model registered through the control API on one
-    connection is listed and served on new connections, whichever worker takes them."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [*SITS, "serve", "--backend", f"m1={upstream.url}", "--port", str(port), "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path), "SITS_ADMIN_KEY": "adm"},
-    )
-    try:
-        await wait_ready(port)
-        base = f"http://127.0.0.1:{port}"
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            registration = {"name": "hot", "endpoint": upstream.url}
-            async with session.post(f"{base}/v1/models/register", json=registration,
-                                    headers={"Authorization": "Bearer adm"}) as response:
-                assert response.status == 201, await response.text()
-            await asyncio.sleep(1.0)  # the other worker catches up within 0.5 s
-            body = {"model": "hot", "messages": [{"role": "user", "content": "hi"}]}
-            for _ in range(12):  # new connections: both workers answer some
-                async with session.get(f"{base}/v1/models") as response:
-                    assert "hot" in {m["id"] for m in (await response.json())["data"]}
-                async with session.post(f"{base}/v1/chat/completions", json=body) as response:
-                    assert response.status == 200 and response.headers["x-sits-model"] == "hot"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        returncode = await asyncio.to_thread(proc.wait, 30)
-    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+    """The workers share the registry's store: a model registered through one is listed and served by all."""
+    async with serving_two_workers(["--backend", f"m1={upstream.url}"], tmp_path) as base, \
+            fresh_connections() as session:
+        async with session.post(f"{base}/v1/models/register", json={"name": "hot", "endpoint": upstream.url},
+                                headers={"Authorization": "Bearer adm"}) as response:
+            assert response.status == 201, await response.text()
+        await asyncio.sleep(1.0)  # the other worker catches up within 0.5 s
+        body = {"model": "hot", "messages": [{"role": "user", "content": "hi"}]}
+        for _ in range(12):
+            async with session.get(f"{base}/v1/models") as response:
+                assert "hot" in {m["id"] for m in (await response.json())["data"]}
+            async with session.post(f"{base}/v1/chat/completions", json=body) as response:
+                assert response.status == 200 and response.headers["x-sits-model"] == "hot"
 
 
 async def test_an_alias_switched_through_one_worker_routes_on_every_worker(upstream, upstream_b, tmp_path: Path):
-    """--workers 2 replicate through their shared folder: an alias switch made through one worker
-    routes the alias to its new target on new connections, whichever worker takes them."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [*SITS, "serve", "--backend", f"m1={upstream.url}", "--backend", f"m2={upstream_b.url}",
-         "--port", str(port), "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "SITS_LOG_LEVEL": "warning", "SITS_DATA_DIR": str(tmp_path), "SITS_ADMIN_KEY": "adm"},
-    )
-    try:
-        await wait_ready(port)
-        base = f"http://127.0.0.1:{port}"
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            async with session.post(f"{base}/v1/aliases/chat/switch", json={"to": "m2"},
-                                    headers={"Authorization": "Bearer adm"}) as response:
-                assert response.status == 202, await response.text()
-            body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
-            served: list[str] = []
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and (len(served) < 12 or set(served[-12:]) != {"m2"}):
-                async with session.post(f"{base}/v1/chat/completions", json=body) as response:
-                    served.append(response.headers.get("x-sits-model", str(response.status)))
-                await asyncio.sleep(0.05)
-        assert set(served[-12:]) == {"m2"}, served  # twelve new connections in a row, both workers
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        returncode = await asyncio.to_thread(proc.wait, 30)
-    assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+    """The workers replicate through their shared folder: a switch made through one routes on all."""
+    args = ["--backend", f"m1={upstream.url}", "--backend", f"m2={upstream_b.url}"]
+    async with serving_two_workers(args, tmp_path) as base, fresh_connections() as session:
+        async with session.post(f"{base}/v1/aliases/chat/switch", json={"to": "m2"},
+                                headers={"Authorization": "Bearer adm"}) as response:
+            assert response.status == 202, await response.text()
+        body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+        served: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (len(served) < 12 or set(served[-12:]) != {"m2"}):
+            async with session.post(f"{base}/v1/chat/completions", json=body) as response:
+                served.append(response.headers.get("x-sits-model", str(response.status)))
+            await asyncio.sleep(0.05)
+    assert set(served[-12:]) == {"m2"}, served  # twelve new connections in a row
 
 
 def test_missing_weights_package_names_the_pip_command(tmp_path: Path):
