@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--modes", default="nonstream,stream")
+    ap.add_argument("--patch", type=Path, help="apply this patch (-p1, paths below src/) to a copy of --src first: "
+                    "prices a part by taking it out, e.g. bench/ablations/scheduling.patch")
     ap.add_argument("--server", default="sits", choices=("sits", "floor-callbacks", "floor-tasks"),
                     help="SITS, or the bare Python proxy (python_proxy_floor.py) in one of its two shapes")
     ap.add_argument("--json", type=Path, help="also write the results here")
@@ -122,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--requests must be in 1..100000")
     rows = []
     with tempfile.TemporaryDirectory(prefix="sits-callgrind-") as tmp:
+        if args.patch is not None:  # a patched copy of the source, never the checkout itself
+            patched = Path(tmp) / "src"
+            shutil.copytree(args.src, patched)
+            subprocess.run(["patch", "-s", "-p1", "-d", str(patched), "-i", str(args.patch.resolve())], check=True)
+            args.src = patched
         procs = ProcessSet(Path(tmp) / "logs")
         try:
             for mode in args.modes.split(","):
@@ -129,13 +137,14 @@ def main(argv: list[str] | None = None) -> int:
                                     args.concurrency, procs, Path(tmp), args.config))
         finally:
             procs.stop_all()
-    print(f"server: {args.server}; source: {args.src.resolve()}\n")
+    print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}\n")
     print("| mode | requests | concurrency | instructions per request |")
     print("|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['instructions_per_request']:,} |")
     if args.json:
-        args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()), "results": rows},
+        args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()),
+                                        "patch": str(args.patch) if args.patch else None, "results": rows},
                                         indent=2) + "\n")
     return 0
 

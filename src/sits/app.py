@@ -198,12 +198,16 @@ class Gateway:
         )
         observer = RequestObserver(self.metrics, self.tracing, decisions, telemetry.logs, self.routing_table,
                                    clock=self._clock)
+        # With --workers N the run's workers share one folder: /metrics and the dashboard of any worker answer
+        # with every worker's figures, and uploads and the cluster document live in subfolders of it.
+        self._worker_share = WorkerShare(settings.worker_share_dir, settings.worker_index) \
+            if settings.worker_share_dir is not None and settings.worker_index is not None else None
+        share_folder = self._worker_share.folder if self._worker_share is not None else None
         # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
         limits = _section(AttachmentLimits, config.attachments, "attachments")
         workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
-        shared_uploads = settings.worker_share_dir / "uploads" if settings.worker_share_dir is not None else None
         uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time,
-                                         shared_uploads), \
+                                         share_folder / "uploads" if share_folder is not None else None), \
             DocumentParser(limits.max_pages)
         director.attach_workflows(WorkflowRunner(
             workflows, check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
@@ -215,9 +219,6 @@ class Gateway:
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
         self.live_snapshot = LiveSnapshot(self.routing_table, self._stats, self._health, self._breakers,
                                           self.admission, self._clock, scheduling=self.scheduling_metrics)
-        # With --workers N: /metrics and the dashboard of any worker answer with every worker's figures.
-        self._worker_share = WorkerShare(settings.worker_share_dir, settings.worker_index) \
-            if settings.worker_share_dir is not None and settings.worker_index is not None else None
         telemetry_routes = TelemetryRoutes(self.metrics, self.tracing, decisions, self.live_snapshot, admin_guard,
                                            lambda: self.registry.version, loopback_only=_is_loopback(self.host),
                                            share=self._worker_share)
@@ -247,7 +248,7 @@ class Gateway:
             config.cluster, replica_id(config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings),
             settings.data_dir,
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed),
-            workers_folder=settings.worker_share_dir / "cluster" if settings.worker_share_dir is not None else None)
+            workers_folder=share_folder / "cluster" if share_folder is not None else None)
         self.cluster.attach_registry(self.registry)  # models registered at runtime replicate too
         self.cluster.attach_breakers(self._breakers)  # so do circuit openings and closings
         cluster_routes = ClusterRoutes(self.cluster, admin_guard)
