@@ -9,21 +9,12 @@ from typing import Any
 
 import orjson
 
-from sits.api.auth import bearer_token
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver, stream_usage_of, usage_of
-from sits.api.schemas import (
-    CHAT_COMPLETION,
-    COMPLETION,
-    EMBEDDING,
-    BodySchema,
-    include_usage,
-    max_tokens_of,
-    sla_ms_of,
-)
+from sits.api.request_intake import RequestIntake
+from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema, include_usage
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
-from sits.pipeline.cache_keys import cache_scope
 from sits.pipeline.cached_response import (
     CompletionAccumulator,
     completion_from_json,
@@ -52,9 +43,7 @@ class OpenAIRoutes:
         self._director = director
         self._resume_streams = resume_streams
         self._observer = observer
-        self._admission = admission
-        # The caller's key matters to admission only when some key has its own class (the rules are static).
-        self._admission_reads_keys = admission is not None and bool(admission.rules.by_key_sha256)
+        self._intake = RequestIntake(director, admission)
         self._table = table
         self._created = created
         self._unknown_fields_seen: set[str] = set()
@@ -103,14 +92,10 @@ class OpenAIRoutes:
         prompt_text = schema.prompt_text(body)
         model: str = body["model"]
         stream = body.get("stream") is True
-        token = bearer_token(request) if self._director.caching or self._admission_reads_keys else None
-        scope = cache_scope(None, token) if self._director.caching else "anonymous"
-        priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, model) \
-            if self._admission is not None else 1
+        priority, scope = self._intake.class_and_scope(request, model)
         seen = self._observer.begin(request, api, request_id, model, body)
-        routing = RoutingRequest(api=api, model=model, stream=stream, request_id=request_id, prompt_text=prompt_text,
-                                 cache_scope=scope, priority=priority, trace=seen.trace, needs=schema.needs(body),
-                                 max_tokens=max_tokens_of(body), sla_ms=sla_ms_of(request.headers))
+        routing = self._intake.routing(api, schema, body, stream, request, request_id, prompt_text, priority, scope,
+                                       seen.trace)
         try:
             exchange = await self._director.run(routing, request.body)
         except SitsError as exc:

@@ -18,7 +18,7 @@ from time import perf_counter
 import grpc
 from google.protobuf.message import DecodeError
 
-from sits.api.auth import DataPlaneKeys, bearer_token
+from sits.api.auth import DataPlaneKeys
 from sits.api.grpc import chat_pb2 as pb
 from sits.api.grpc import chat_pb2_grpc, lz4_messages
 from sits.api.grpc.answer_messages import (
@@ -36,10 +36,10 @@ from sits.api.grpc.response_codec import SseEvents, completion_from_body
 from sits.api.grpc.status_codes import grpc_status
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
-from sits.api.schemas import CHAT_COMPLETION, max_tokens_of, sla_ms_of
+from sits.api.request_intake import RequestIntake
+from sits.api.schemas import CHAT_COMPLETION
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
-from sits.pipeline.cache_keys import cache_scope
 from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json
 from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
@@ -71,7 +71,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         """`request_id_of` and `observer` are the HTTP door's: ids are unique across both doors, and
         both doors' requests land in the same metrics, spans, decision log and access log."""
         self._director = director
-        self._admission = admission
+        self._intake = RequestIntake(director, admission)  # the HTTP door's, so the doors cannot drift apart
         self._keys = keys
         self._request_id_of = request_id_of
         self._max_message_bytes = max_message_bytes
@@ -230,16 +230,11 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         json_body = request_body(request, stream)
         body = CHAT_COMPLETION.parse(json_body)
         model: str = body["model"]
-        token = bearer_token(headers) if self._director.caching or self._admission else None
-        scope = cache_scope(None, token) if self._director.caching else "anonymous"
-        priority = self._admission.priority_of(headers.headers.get("x-sits-priority"), token, model) \
-            if self._admission is not None else 1
+        priority, scope = self._intake.class_and_scope(headers, model)
         prompt = CHAT_COMPLETION.prompt_text(body)
         seen = self._observer.begin(headers, API, request_id, model, body) if self._observer else None
-        routing = RoutingRequest(api=API, model=model, stream=stream, request_id=request_id, prompt_text=prompt,
-                                 cache_scope=scope, priority=priority, trace=seen.trace if seen is not None else None,
-                                 needs=CHAT_COMPLETION.needs(body), max_tokens=max_tokens_of(body),
-                                 sla_ms=sla_ms_of(headers.headers))
+        routing = self._intake.routing(API, CHAT_COMPLETION, body, stream, headers, request_id, prompt, priority, scope,
+                                       seen.trace if seen is not None else None)
         return _Call(routing, json_body, request.response_compression, request.include_usage, seen)
 
     def _unwrap_lz4(self, request: pb.ChatCompletionRequest) -> pb.ChatCompletionRequest:

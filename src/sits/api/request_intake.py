@@ -1,0 +1,43 @@
+"""What every door (HTTP/1.1, HTTP/2, gRPC) derives from a validated body and the request's headers
+before routing, so the doors cannot drift apart: the cache scope and admission class, then the
+routing request with what scheduling needs to know."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sits.api.auth import bearer_token
+from sits.api.http_types import HttpRequest
+from sits.api.schemas import BodySchema, max_tokens_of, sla_ms_of
+from sits.pipeline.admission_step import Admission
+from sits.pipeline.cache_keys import cache_scope
+from sits.pipeline.context import RoutingRequest
+from sits.pipeline.director import Director
+from sits.telemetry.tracing import RequestTrace
+
+
+class RequestIntake:
+    def __init__(self, director: Director, admission: Admission | None) -> None:
+        self._director = director
+        self._admission = admission
+        # The caller's key matters to admission only when some key has its own class (the rules are static).
+        self._admission_reads_keys = admission is not None and bool(admission.rules.by_key_sha256)
+
+    def class_and_scope(self, request: HttpRequest, model: str) -> tuple[int, str]:
+        """(admission class, cache scope); 422 naming `x-sits-priority` when that header is malformed."""
+        caching = self._director.caching  # true once the cache is open (at startup): read per request
+        token = bearer_token(request) if caching or self._admission_reads_keys else None
+        scope = cache_scope(None, token) if caching else "anonymous"
+        priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, model) \
+            if self._admission is not None else 1
+        return priority, scope
+
+    @staticmethod
+    def routing(api: str, schema: BodySchema[Any], body: dict[str, Any], stream: bool, request: HttpRequest,
+                request_id: str, prompt_text: str, priority: int, scope: str,
+                trace: RequestTrace | None) -> RoutingRequest:
+        """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed."""
+        return RoutingRequest(api=api, model=body["model"], stream=stream, request_id=request_id,
+                              prompt_text=prompt_text, cache_scope=scope, priority=priority, trace=trace,
+                              needs=schema.needs(body), max_tokens=max_tokens_of(body),
+                              sla_ms=sla_ms_of(request.headers))
