@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from sits.runtime.atomic_file import replace_file
 
 log = logging.getLogger("sits.telemetry")
 
@@ -54,10 +55,8 @@ class WorkerShare:
 
     def write(self, kind: str, doc: Any) -> None:
         path = self.folder / f"{kind}-{self.worker}.json"
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         try:
-            tmp.write_bytes(orjson.dumps(doc))
-            tmp.replace(path)
+            replace_file(path, orjson.dumps(doc))
         except OSError as exc:  # a full disk must not break this worker's own answers
             log.warning("could not publish %s to %s: %s", kind, path, exc)
 

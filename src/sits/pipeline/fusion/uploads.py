@@ -19,6 +19,8 @@ from pathlib import Path
 
 import orjson
 
+from sits.runtime.atomic_file import replace_file
+
 _FILE_ID = re.compile(r"file-[0-9a-f]{24}")
 log = logging.getLogger("sits.workflows")
 
@@ -82,10 +84,7 @@ class UploadStore:
                 "created_at": stored.created_at}
         try:
             for suffix, payload in ((".bin", stored.data), (".json", orjson.dumps(meta))):  # the data first
-                path = self._shared / f"{stored.id}{suffix}"
-                tmp = path.with_suffix(f"{suffix}.{os.getpid()}.tmp")
-                tmp.write_bytes(payload)
-                tmp.replace(path)
+                replace_file(self._shared / f"{stored.id}{suffix}", payload)
         except OSError as exc:  # still usable through this worker; other workers will not find it
             log.warning("could not share upload %s with the other workers: %s", stored.id, exc)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from pathlib import Path
 
+from sits.runtime.atomic_file import replace_file
 from sits.runtime.tasks import cancel_and_wait
 from sits.state.replication.outbox import CoalescingOutbox
 from sits.state.replication.replica import Replica
@@ -63,10 +63,8 @@ class FolderTransport:
             self._replica.note_sync(NAME)
 
     def _write(self) -> None:
-        tmp = self._own.with_suffix(f".{os.getpid()}.tmp")
         try:
-            tmp.write_bytes(encode(self._replica.doc, self._replica.id))
-            tmp.replace(self._own)
+            replace_file(self._own, encode(self._replica.doc, self._replica.id))
         except OSError as exc:
             log.warning("cannot write this worker's cluster document to %s: %s", self._own, exc)
 
