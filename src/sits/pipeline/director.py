@@ -24,6 +24,7 @@ from sits.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
+from sits.pipeline.admission import Ticket
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.canned_answer import CannedAnswer
@@ -150,7 +151,7 @@ class Director:
         exchange.on_finish = ticket.release if ticket is not None else None  # the slot is held until the body ends
         return exchange
 
-    def _admit_now(self, model: str, request: RoutingRequest) -> Any:
+    def _admit_now(self, model: str, request: RoutingRequest) -> Ticket | None:
         """A ticket without waiting, or None. Untraced requests only: a traced one takes `_admit` for its span."""
         if request.trace is not None:
             return None
@@ -160,7 +161,7 @@ class Director:
             self._metrics.admitted(request.priority, 0.0)
         return ticket
 
-    async def _admit(self, model: str, request: RoutingRequest, now: float) -> Any:
+    async def _admit(self, model: str, request: RoutingRequest, now: float) -> Ticket:
         """An admission ticket (waiting in the priority queue if need be), timed for metrics and spans."""
         assert self._admission is not None
         trace, metrics = request.trace, self._metrics
