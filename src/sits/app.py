@@ -83,7 +83,7 @@ from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.metrics import GatewayMetrics
-from sits.telemetry.worker_share import WorkerShare
+from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
 from sits.understanding.factory import build_understander
 from sits.understanding.settings import UnderstandingConfig

@@ -59,7 +59,7 @@ async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
     shared = with_local_urls(config, urls)
     ctx = multiprocessing.get_context("spawn")
     # One folder per run, shared by its workers: metrics and dashboard state, uploads, the cluster document
-    # (telemetry/worker_share.py); the registry's SQLite store is shared through the data dir itself.
+    # (runtime/worker_share.py); the registry's SQLite store is shared through the data dir itself.
     share_dir = settings.data_dir / "run" / f"workers-{os.getpid()}"
     children = [ctx.Process(target=_child, args=(settings.with_overrides(worker_index=i, worker_share_dir=share_dir),
                                                  shared), daemon=False)

@@ -19,7 +19,7 @@ class Settings:
     workers: int = 1
     worker_index: int | None = None  # set by `--workers N` for each gateway process (0..N-1), never from the env
     # Set with worker_index: the folder the workers share /metrics and the dashboard through
-    # (telemetry/worker_share.py).
+    # (runtime/worker_share.py).
     worker_share_dir: Path | None = None
     log_level: str = "info"
     log_format: str = "json"  # json or text

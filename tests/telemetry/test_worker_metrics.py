@@ -10,7 +10,7 @@ from prometheus_client.registry import Collector
 
 from sits.telemetry.metrics import GatewayMetrics
 from sits.telemetry.worker_metrics import KIND, exposition, families_of
-from sits.telemetry.worker_share import WorkerShare
+from sits.runtime.worker_share import WorkerShare
 
 
 class InFlight(Collector):
@@ -43,7 +43,8 @@ def test_a_scrape_of_either_worker_sums_counters_and_histograms(tmp_path: Path):
         b.served("m", "m#0", 200, 0.2, 0.1)
     b.served("m", "m#0", 502, 0.2, None)
     share_b.write(KIND, families_of(b.registry))
-    merged = samples(exposition(a.registry, share_a))  # worker 0 answers: its live figures plus worker 1's file
+    # worker 0 answers: its live figures plus worker 1's file
+    merged = samples(exposition(share_a.gather(KIND, families_of(a.registry))))
     ok = (("endpoint", "m#0"), ("model", "m"), ("status", "200"))
     assert merged[("sits_requests_total", ok)] == 7
     assert merged[("sits_requests_total", (("endpoint", "m#0"), ("model", "m"), ("status", "502")))] == 1
@@ -54,13 +55,13 @@ def test_a_scrape_of_either_worker_sums_counters_and_histograms(tmp_path: Path):
     assert merged[("sits_request_duration_seconds_bucket", (me[0], ("le", "0.025"), me[1]))] == 3
     assert merged[("sits_request_duration_seconds_bucket", (me[0], ("le", "+Inf"), me[1]))] == 8
     # the other worker answers with the same totals (worker 0's figures were published by its scrape)
-    assert samples(exposition(b.registry, share_b))[("sits_requests_total", ok)] == 7
+    assert samples(exposition(share_b.gather(KIND, families_of(b.registry))))[("sits_requests_total", ok)] == 7
 
 
 def test_gauges_are_per_worker_with_a_worker_label(tmp_path: Path):
     a, b, share_a, share_b = two_workers(tmp_path)
     share_b.write(KIND, families_of(b.registry))
-    merged = samples(exposition(a.registry, share_a))
+    merged = samples(exposition(share_a.gather(KIND, families_of(a.registry))))
     assert merged[("sits_test_in_flight", (("endpoint", "e1"), ("worker", "0")))] == 3
     assert merged[("sits_test_in_flight", (("endpoint", "e1"), ("worker", "1")))] == 5
     assert not any(name == "sits_test_in_flight" and "worker" not in dict(labels) for name, labels in merged)
@@ -71,5 +72,5 @@ def test_the_scraped_worker_counts_live_and_a_broken_file_is_skipped(tmp_path: P
     share_a.write(KIND, families_of(a.registry))
     a.served("m", "m#0", 200, 0.01, None)  # after its last publish: a scrape still counts it
     (tmp_path / f"{KIND}-7.json").write_text("{not json")
-    merged = samples(exposition(a.registry, share_a))
+    merged = samples(exposition(share_a.gather(KIND, families_of(a.registry))))
     assert merged[("sits_requests_total", (("endpoint", "m#0"), ("model", "m"), ("status", "200")))] == 1

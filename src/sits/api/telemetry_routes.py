@@ -27,7 +27,7 @@ from sits.telemetry.metrics import GatewayMetrics
 from sits.telemetry.tracing import Tracing
 from sits.telemetry import worker_dashboard, worker_metrics
 from sits.telemetry.worker_dashboard import merge_dashboards
-from sits.telemetry.worker_share import WorkerShare
+from sits.runtime.worker_share import WorkerShare
 
 DASHBOARD_PREFIX = "/dashboard/"
 _ASSETS = {"dashboard.js": b"application/javascript; charset=utf-8", "dashboard.css": b"text/css; charset=utf-8"}
@@ -66,7 +66,10 @@ class TelemetryRoutes:
         if self._metrics is None:
             raise NotFound("metrics are off (telemetry.metrics: false)")
         registry = self._metrics.registry
-        text = worker_metrics.exposition(registry, self._share) if self._share is not None else generate_latest(registry)
+        if self._share is not None:  # --workers N: this worker's live families and the others' latest
+            text = worker_metrics.exposition(self._share.gather(worker_metrics.KIND, worker_metrics.families_of(registry)))
+        else:
+            text = generate_latest(registry)
         return HttpResponse(200, text, content_type=CONTENT_TYPE_LATEST.encode())
 
     async def otel_health(self, request: HttpRequest, request_id: str) -> HttpResponse:

@@ -10,7 +10,6 @@ import logging
 import random
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import Any
 
 import orjson
 

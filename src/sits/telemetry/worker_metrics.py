@@ -14,8 +14,6 @@ from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from sits.telemetry.worker_share import WorkerShare
-
 WORKER_LABEL = "worker"
 KIND = "metrics"
 
@@ -27,10 +25,10 @@ def families_of(registry: CollectorRegistry) -> list[Family]:
              "samples": [[s.name, s.labels, s.value] for s in m.samples]} for m in registry.collect()]
 
 
-def exposition(registry: CollectorRegistry, share: WorkerShare) -> bytes:
-    """The Prometheus text of every worker's families, this one's live."""
+def exposition(workers: dict[int, list[Family]]) -> bytes:
+    """The Prometheus text of every worker's families (gathered by runtime/worker_share.py)."""
     merged = CollectorRegistry(auto_describe=False)
-    merged.register(_Fixed(merge(share.gather(KIND, families_of(registry)))))
+    merged.register(_Fixed(merge(workers)))
     return generate_latest(merged)
 
 

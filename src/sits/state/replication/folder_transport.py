@@ -1,6 +1,6 @@
 """Replication between the worker processes of one `sits serve --workers N`, through a folder.
 
-The workers of a run share a folder on one machine (telemetry/worker_share.py makes it), so they
+The workers of a run share a folder on one machine (runtime/worker_share.py makes it), so they
 need neither Redis nor HTTP peers to agree on aliases, switches and circuits: each writes its full
 document to its own file (replaced atomically) when it changes and every `interval_s`, and merges
 every other worker's file on the same period. Merging is the CRDT's, so the order of writes and
