@@ -112,7 +112,11 @@ class HttpServerProtocol(asyncio.Protocol):
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._pending: deque[tuple[HttpRequest, bool]] = deque()
+        # One task per connection, not per request: it waits on `_wake` between requests (a future
+        # costs less than a task, whose creation registers it in asyncio's weak set of all tasks).
         self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._handling = False  # a request is being answered (what draining waits for)
         self._closed = False
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -153,7 +157,7 @@ class HttpServerProtocol(asyncio.Protocol):
 
     @property
     def busy(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._handling
 
     def close(self) -> None:
         if self._transport is not None and not self._closed:
@@ -208,23 +212,39 @@ class HttpServerProtocol(asyncio.Protocol):
         self._pending.append((request, self._parser.should_keep_alive()))
         if len(self._pending) >= _MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
-        if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._serve_pending())
+        if self._task is None:
+            self._task = self._loop.create_task(self._serve())
+        elif self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     # -- answering -----------------------------------------------------------
+
+    async def _serve(self) -> None:
+        """Answer the connection's requests in order, for as long as it is open."""
+        while not self._closed:
+            await self._serve_pending()
+            if self._closed:
+                return
+            self._wake = self._loop.create_future()
+            await self._wake
+            self._wake = None
 
     async def _serve_pending(self) -> None:
         while self._pending and not self._closed:
             request, keep_alive = self._pending.popleft()
+            self._handling = True
             try:
-                response = await self._handler(request)
-            except Exception:  # the handler renders its own errors; this is the last guard
-                log.exception("handler failed for %s %s", request.method, request.path)
-                response = self._render_error(SitsError("internal error"))
-            if isinstance(response, HttpResponse):
-                self._write_response(response, keep_alive)
-            else:
-                await self._write_stream(response, keep_alive)
+                try:
+                    response = await self._handler(request)
+                except Exception:  # the handler renders its own errors; this is the last guard
+                    log.exception("handler failed for %s %s", request.method, request.path)
+                    response = self._render_error(SitsError("internal error"))
+                if isinstance(response, HttpResponse):
+                    self._write_response(response, keep_alive)
+                else:
+                    await self._write_stream(response, keep_alive)
+            finally:
+                self._handling = False
             if not keep_alive:
                 self.close()
                 return
@@ -299,7 +319,7 @@ class HttpServerProtocol(asyncio.Protocol):
     def _reject(self, error: SitsError) -> None:
         """Answer a request we could not even parse, then close the connection."""
         self._pending.clear()
-        if self._task is None or self._task.done():
+        if not self._handling:
             self._write_response(self._render_error(error), keep_alive=False)
         self.close()
 
