@@ -18,6 +18,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import httptools
 
@@ -31,8 +32,9 @@ _PAUSE_ABOVE_BYTES = 1 << 20
 TIMEOUT_RESOLUTION_S = 0.02
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(NamedTuple):
+    """Where connections go; the pool's key (a named tuple: hashed twice a request, in C)."""
+
     scheme: str
     host: str
     port: int

@@ -27,7 +27,11 @@ class RetryBudget:
         self._retries = 0
 
     def note_request(self, now: float) -> None:
-        self._bucket(now)[1] += 1
+        buckets = self._buckets
+        if buckets and buckets[-1][0] == int(now):  # this second's bucket: nothing can have expired since
+            buckets[-1][1] += 1
+        else:
+            self._bucket(now)[1] += 1
         self._requests += 1
 
     def try_spend(self, now: float) -> bool:
