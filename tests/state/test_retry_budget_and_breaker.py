@@ -24,6 +24,17 @@ def test_budget_window_slides():
     assert budget.try_spend(now=10.5)  # the first retry left the window
 
 
+def test_requests_leave_the_window_and_take_their_share_of_the_budget_with_them():
+    budget = RetryBudget(RetryBudgetPolicy(ratio=1.0, min_retries=0, window_s=10))
+    for t in (0.1, 0.2, 0.3, 0.4):  # one bucket for second 0 (the later ones take the same-second path)
+        budget.note_request(now=t)
+    assert sum(budget.try_spend(now=0.5) for _ in range(2)) == 2
+    budget.note_request(now=1.5)
+    budget.note_request(now=1.6)
+    budget.note_request(now=10.2)  # second 0 leaves: its 4 requests and 2 retries with it
+    assert sum(budget.try_spend(now=10.3) for _ in range(5)) == 3  # 3 requests left in the window, no retries
+
+
 def test_breaker_cycle():
     breakers = CircuitBreakers(BreakerPolicy(failure_threshold=2, open_s=1.0))
     assert breakers.state("e", 0.0) == "closed"
