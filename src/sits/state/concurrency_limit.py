@@ -220,28 +220,37 @@ class GradientLimiter(_EngineCapped):
         return self._long_rtt
 
     def update(self, sample: LatencySample) -> int:
+        # Called for every upstream exchange: locals instead of repeated attribute reads.
         s = self._s
-        rtt = max(sample.rtt_s, self._MIN_RTT_S)
-        if not math.isfinite(rtt):
+        rtt = sample.rtt_s
+        if not rtt < math.inf:  # inf or NaN
             rtt = self._long_rtt * 2.0 if self._long_rtt > 0 else 1.0
-        self._samples += 1
-        if self._samples <= s.warmup or self._long_rtt == 0.0:
-            self._long_rtt += (rtt - self._long_rtt) / min(self._samples, max(s.warmup, 1))
+        elif rtt < self._MIN_RTT_S:
+            rtt = self._MIN_RTT_S
+        samples = self._samples = self._samples + 1
+        long_rtt = self._long_rtt
+        if samples <= s.warmup or long_rtt == 0.0:
+            long_rtt += (rtt - long_rtt) / min(samples, max(s.warmup, 1))
         else:
-            self._long_rtt += (rtt - self._long_rtt) * 2.0 / (s.long_window + 1)
-        if self._long_rtt / rtt > 2.0:
+            long_rtt += (rtt - long_rtt) * 2.0 / (s.long_window + 1)
+        if long_rtt / rtt > 2.0:
             # Latency fell for good (load left, a faster replica): let the long average catch up.
-            self._long_rtt *= 0.95
+            long_rtt *= 0.95
+        self._long_rtt = long_rtt
         # Under sustained overload the long average drifts up to the overloaded RTT and the limit
         # creeps up with it (a known gradient2 weakness). Anchor it to a slowly forgetting minimum.
-        self._min_rtt = min(self._min_rtt * (1.0 + 0.1 / s.long_window), rtt)  # doubles in ~7 windows
-        baseline = max(min(self._long_rtt, self._min_rtt * s.tolerance), s.rtt_floor_s)
-        if sample.in_flight < self._estimate / 2 and not sample.dropped:
+        min_rtt = self._min_rtt * (1.0 + 0.1 / s.long_window)  # doubles in ~7 windows
+        if rtt < min_rtt:
+            min_rtt = rtt
+        self._min_rtt = min_rtt
+        estimate = self._estimate
+        if sample.in_flight < estimate / 2 and not sample.dropped:
             return self.limit  # application-limited: the sample says nothing about a higher limit
+        baseline = max(min(long_rtt, min_rtt * s.tolerance), s.rtt_floor_s)
         # A drop (timeout, upstream 429/503) is our addition to gradient2: the strongest "too much".
         gradient = 0.5 if sample.dropped else max(0.5, min(1.0, s.tolerance * baseline / rtt))
-        target = self._estimate * gradient + s.queue_allowance
-        self._estimate = s.bounds.clamp(self._estimate * (1.0 - s.smoothing) + target * s.smoothing)
+        target = estimate * gradient + s.queue_allowance
+        self._estimate = s.bounds.clamp(estimate * (1.0 - s.smoothing) + target * s.smoothing)
         return self.limit
 
 
