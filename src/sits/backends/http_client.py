@@ -97,6 +97,12 @@ class UpstreamResponse:
         finally:
             self.close()
 
+    def first_chunk_within(self, seconds: float) -> None:
+        """Fail the body (UpstreamTimeout) unless its first bytes arrive within `seconds` (a stream's
+        first token); checked by the pool's deadline sweep, like the first-byte and total timeouts."""
+        if not self._chunks and not self._done and self._conn is not None:
+            self._conn.expect_body_within(seconds)
+
     def close(self) -> None:
         """Abandon the body; an unfinished exchange closes its connection."""
         if not self._done and self._conn is not None:
@@ -150,6 +156,7 @@ class _UpstreamConnection(asyncio.Protocol):
         self._waiting_for = "first byte"
         self._timeouts = Timeouts()
         self._started = 0.0
+        self._first_token_s = 0.0
         self.closed = False
         self.reused = False
 
@@ -198,6 +205,8 @@ class _UpstreamConnection(asyncio.Protocol):
             self._headers_ready.set_result(response)
 
     def on_body(self, body: bytes) -> None:
+        if self._waiting_for == "first token":  # it came: only the total deadline applies again
+            self.deadline, self._waiting_for = self._started + self._timeouts.total, "total"
         if self._response is not None and self._response._feed(body) and self._transport is not None:
             self._transport.pause_reading()
 
@@ -226,6 +235,11 @@ class _UpstreamConnection(asyncio.Protocol):
         self._transport.write(data)
         return self._headers_ready
 
+    def expect_body_within(self, seconds: float) -> None:
+        if self.deadline is not None:  # still in the exchange's deadline sweep
+            self.deadline = min(self.deadline, self._loop.time() + seconds)
+            self._waiting_for, self._first_token_s = "first token", seconds
+
     def resume(self) -> None:
         if self._transport is not None and not self.closed:
             self._transport.resume_reading()
@@ -252,6 +266,10 @@ class _UpstreamConnection(asyncio.Protocol):
     def time_out(self) -> None:
         """Called by the pool's sweep once `deadline` has passed."""
         what = self._waiting_for
+        if what == "first token":
+            self._fail(UpstreamTimeout(f"upstream {self._origin.host}:{self._origin.port} sent no token within "
+                                       f"{self._first_token_s:g}s"))
+            return
         limit = self._timeouts.total if what == "total" else self._timeouts.first_byte
         self._fail(UpstreamTimeout(f"upstream {self._origin.host}:{self._origin.port} {what} timeout after {limit:g}s"))
 

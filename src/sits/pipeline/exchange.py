@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import orjson
 
 from sits.backends.http_client import UpstreamResponse
-from sits.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
+from sits.errors import UpstreamError, UpstreamProtocolError
 from sits.pipeline.sse_guard import SseGuard
 from sits.state.endpoint_stats import EndpointStats
 from sits.state.routing_table import Endpoint
@@ -62,12 +61,9 @@ class Exchange:
         stalls, breaks or opens with an error event can still fall back transparently."""
         self._chunks = self.response.iter_chunks()
         self._guard = SseGuard(self.endpoint.id)
+        self.response.first_chunk_within(timeout_s)  # the pool's deadline sweep: no timer per request
         try:
-            async with asyncio.timeout(timeout_s):
-                first = await anext(self._chunks, b"")
-        except TimeoutError:
-            self.close()
-            raise UpstreamTimeout(f"upstream {self.endpoint.id} sent no token within {timeout_s:g}s") from None
+            first = await anext(self._chunks, b"")
         except UpstreamError:
             self.close()
             raise

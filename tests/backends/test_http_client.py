@@ -1,0 +1,66 @@
+"""The pooled upstream client's first-token deadline: a stream that sends headers and then nothing
+fails with UpstreamTimeout; once its first bytes came, only the total deadline applies again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sits.backends.http_client import ConnectionPool, Origin, Timeouts
+from sits.errors import UpstreamTimeout
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+async def serve(events: list[tuple[float, bytes]]) -> tuple[asyncio.Server, int]:
+    """Answers every request with HEAD, then each (delay, bytes) in turn."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"{}")
+        writer.write(HEAD)
+        for delay, data in events:
+            await asyncio.sleep(delay)
+            writer.write(data)
+        await writer.drain()
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def body_of(chunks: AsyncIterator[bytes]) -> bytes:
+    return b"".join([c async for c in chunks])
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[ConnectionPool]:
+    pool = ConnectionPool()
+    yield pool
+    await pool.close()
+
+
+async def test_a_stream_with_no_first_token_in_time_fails_with_a_timeout(pool):
+    server, port = await serve([(3.0, chunk(b"data: {}\n\n"))])
+    async with server:
+        response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=30))
+        response.first_chunk_within(0.2)
+        with pytest.raises(UpstreamTimeout, match="sent no token within 0.2s"):
+            await asyncio.wait_for(body_of(response.iter_chunks()), 2)
+
+
+async def test_after_the_first_token_slower_chunks_are_only_bound_by_the_total_deadline(pool):
+    events = [(0.1, chunk(b"data: {}\n\n")), (0.6, chunk(b"data: [DONE]\n\n")), (0.0, b"0\r\n\r\n")]
+    server, port = await serve(events)
+    async with server:
+        response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=30))
+        response.first_chunk_within(0.3)  # the first token at 0.1 s is in time; the 0.6 s gap after it is fine
+        body = await asyncio.wait_for(body_of(response.iter_chunks()), 5)
+    assert body == b"data: {}\n\ndata: [DONE]\n\n"
