@@ -397,7 +397,8 @@ class PriorityGate:
         now = self._clock()
         self._in_flight -= 1
         self._drain.record(now)
-        self._pump(now, self._limit())
+        if any(self._queues):  # the common case has nobody waiting: no need to read the limit
+            self._pump(now, self._limit())
 
     def _expire(self, waiter: _Waiter) -> None:
         if self._discard(waiter):
