@@ -238,7 +238,7 @@ class Gateway:
         self.tokenizers = TokenizerCatalog(settings.data_dir / "tokenizers" / "cache")
         self._tokenizers_loaded: asyncio.Task[object] | None = None
         hints = SchedulingHints()
-        hints.attach_adapters(self.adapters.resolve, self.adapters.loaded_on, self.adapters.__bool__)
+        hints.attach_adapters(self.adapters.resolve, self.adapters.loaded_on, self.adapters.registered)
         hints.attach_tokenizers(self.tokenizers, self.routing_table)
         director.attach_hints(hints)
         adapter_routes = AdapterRoutes(self.adapters, admin_guard)

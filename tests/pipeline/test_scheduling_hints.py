@@ -44,3 +44,22 @@ def test_adapter_holders_come_from_the_attached_registry():
     assert hints.resolve(RoutingTable({}), "base:a") is variant
     assert hints.hinted(variant, "x", REQUEST).adapter_endpoints == frozenset({"base-0"})
     assert hints.hinted(entry("other"), "x", REQUEST) is REQUEST
+
+
+def test_tokenizers_loaded_after_attaching_are_used():
+    catalog = TokenizerCatalog(Path("/nonexistent"))
+    hints = SchedulingHints()
+    hints.attach_tokenizers(catalog, lambda: RoutingTable({}))  # at startup, before the load finishes
+    assert hints.hinted(entry("llama3"), "hello", REQUEST) is REQUEST
+    catalog.load_one(TokenizerSource("llama3", TOKENIZERS / "llama3"))
+    assert hints.hinted(entry("llama3"), "hello", REQUEST).count_prompt_tokens is not None
+
+
+def test_adapter_lookups_start_with_the_first_registration():
+    registered: dict[str, object] = {}
+    variant = entry("base")
+    hints = SchedulingHints()
+    hints.attach_adapters(lambda table, name: variant, lambda model: frozenset({"base-0"}), registered)
+    assert hints.hinted(variant, "x", REQUEST) is REQUEST  # nothing registered: no lookup at all
+    registered["a"] = object()
+    assert hints.hinted(variant, "x", REQUEST).adapter_endpoints == frozenset({"base-0"})

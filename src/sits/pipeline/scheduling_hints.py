@@ -15,7 +15,7 @@ Both sources are attached at startup by the composition root; without them nothi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -31,6 +31,8 @@ _SAMPLE_CHARS = 4000  # enough prompt text for a stable token ratio
 
 # (table, requested name) -> the variant entry, or None if the name is no variant of a model
 VariantResolver = Callable[[RoutingTable, str], ModelEntry | None]
+_SOME: Mapping[str, object] = {"": None}  # "some adapter may be registered": never empty
+
 # variant entry -> ids of the endpoints that already hold its adapter (empty for any other entry)
 LoadedOn = Callable[[ModelEntry], frozenset[str]]
 
@@ -39,24 +41,28 @@ class SchedulingHints:
     def __init__(self) -> None:
         self._resolve: VariantResolver | None = None
         self._loaded_on: LoadedOn | None = None
-        self._any_adapter: Callable[[], bool] | None = None
+        # Live read-only views of what is registered and loaded: tested for emptiness on every request,
+        # a C-level truth test rather than a call into the registry or the catalog.
+        self._registered: Mapping[str, object] = {}
+        self._families: Mapping[str, object] = {}
         self._tokenizers: TokenizerCatalog | None = None
         self._table: Callable[[], RoutingTable] | None = None
 
     def attach_adapters(self, resolve: VariantResolver, loaded_on: LoadedOn,
-                        any_adapter: Callable[[], bool] | None = None) -> None:
+                        registered: Mapping[str, object] | None = None) -> None:
+        """`registered`: a live view of the registered adapters (None: assume some may be)."""
         self._resolve = resolve
         self._loaded_on = loaded_on
-        self._any_adapter = any_adapter if any_adapter is not None else (lambda: True)
+        self._registered = registered if registered is not None else _SOME
 
     def attach_tokenizers(self, catalog: TokenizerCatalog, table: Callable[[], RoutingTable]) -> None:
         self._tokenizers = catalog
+        self._families = catalog.bridge.maps
         self._table = table
 
     def active(self) -> bool:
         """Whether any adapter is registered or any tokenizer loaded (otherwise hints change nothing)."""
-        return bool(self._tokenizers is not None and self._tokenizers.bridge) or (
-            self._any_adapter is not None and self._any_adapter())
+        return bool(self._families or self._registered)
 
     def resolve(self, table: RoutingTable, name: str) -> ModelEntry | None:
         return self._resolve(table, name) if self._resolve is not None else None
@@ -66,7 +72,7 @@ class SchedulingHints:
         return self._tokenizers.counter_for(model.name, model.tokenizer_family) if self._tokenizers else None
 
     def hinted(self, model: ModelEntry, prompt_text: str, request: SchedulingRequest) -> SchedulingRequest:
-        if not self.active():
+        if not self._families and not self._registered:  # active(), inline: it runs on every request
             return request  # the common case: nothing registered, nothing loaded (no per-request lookups)
         loaded = self._loaded_on(model) if self._loaded_on is not None else frozenset()
         counter = (self._tokenizers.counter_for(model.name, model.tokenizer_family)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from sits.backends.vllm_admin import VllmAdmin
 from sits.control.adapters.base_model import BaseModelSpec, load_base_spec
@@ -78,6 +79,7 @@ class AdapterRegistry:
         self._admin = admin
         self._store = store
         self._records: dict[str, AdapterRecord] = {}
+        self.registered: Mapping[str, AdapterRecord] = MappingProxyType(self._records)  # live, read-only
         self._bases: dict[str, _Base] = {}
         self._registrations: dict[str, AdapterRegistration] = {}
         self._lock = asyncio.Lock()
@@ -218,10 +220,6 @@ class AdapterRegistry:
         if record is None:
             raise NotFound(f"no adapter named {name!r}", param="name")
         return record
-
-    def __bool__(self) -> bool:
-        """Any adapter registered (the scheduler skips adapter lookups otherwise)."""
-        return bool(self._records)
 
     def records(self) -> list[AdapterRecord]:
         return [self._records[n] for n in sorted(self._records)]

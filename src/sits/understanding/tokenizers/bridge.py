@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -32,6 +33,7 @@ class TokenBridge:
 
     def __init__(self, maps: Iterable[FamilyMap] = ()) -> None:
         self._maps: dict[str, FamilyMap] = {m.family: m for m in maps}
+        self.maps: Mapping[str, FamilyMap] = MappingProxyType(self._maps)  # live, read-only
 
     def add(self, family_map: FamilyMap) -> None:
         self._maps[family_map.family] = family_map
