@@ -373,12 +373,14 @@ class Gateway:
                  ", ".join(self.routing_table().names()))
 
     async def _follow_registry(self, interval_s: float = REGISTRY_SYNC_S) -> None:
-        """With --workers N the processes share the registry's store; a change made through one worker
-        reaches the others within `interval_s` (each change also syncs first, so none is lost)."""
+        """With --workers N the processes share the registry's store and the adapters' file; a change made
+        through one worker reaches the others within `interval_s` (each change also syncs first, so none
+        is lost)."""
         while True:
             await asyncio.sleep(interval_s)
             try:
                 await self.registry.sync()
+                await self.adapters.sync()  # adapter registrations and activations, in their own store
             except Exception:  # a store that cannot be read now may be readable at the next tick
                 log.exception("registry sync failed")
 

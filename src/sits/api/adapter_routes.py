@@ -35,16 +35,19 @@ class AdapterRoutes:
 
     async def register(self, request: HttpRequest, request_id: str) -> HttpResponse:
         self._guard.check(request)
+        await self._registry.sync()  # under --workers: first what the other workers changed
         record = await self._registry.register(parse_body(AdapterRegistration, request.body))
         return _json(201, record.describe())
 
     async def list_adapters(self, request: HttpRequest, request_id: str) -> HttpResponse:
         self._guard.check(request)
+        await self._registry.sync()
         return _json(200, {"object": "list", "data": [r.describe() for r in self._registry.records()]})
 
     async def adapter_resource(self, request: HttpRequest, request_id: str) -> HttpResponse:
         """/v1/adapters/{name}[/validate|/activate|/deactivate]."""
         self._guard.check(request)
+        await self._registry.sync()
         name, _, action = request.path[len(PREFIX):].rstrip("/").partition("/")
         method = request.method
         if not action and method == "GET":

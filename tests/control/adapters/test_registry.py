@@ -78,3 +78,55 @@ async def test_deactivating_on_an_unknown_endpoint_changes_nothing(tmp_path, smo
     assert info.value.param == "endpoints" and calls == []
     await adapters.deactivate("a", ["smol/ep-0"])
     assert calls == ["smol/ep-0"]
+
+
+class EngineStandIn(VllmAdmin):
+    """Engines that hold what `held` says (endpoint id -> adapter names) and load on request."""
+
+    def __init__(self, held: dict[str, set[str]]) -> None:
+        super().__init__(ConnectionPool())
+        self.held = held
+
+    async def served_models(self, endpoint):  # type: ignore[override]
+        return frozenset(self.held.setdefault(endpoint.id, set()))
+
+    async def load_lora_adapter(self, endpoint, name, path):  # type: ignore[override]
+        self.held.setdefault(endpoint.id, set()).add(name)
+        return "Success"
+
+    async def unload_lora_adapter(self, endpoint, name):  # type: ignore[override]
+        self.held.setdefault(endpoint.id, set()).discard(name)
+        return "Success"
+
+
+async def test_workers_sharing_a_store_follow_each_others_registrations(tmp_path, smollm2, smollm2_config):
+    """`sits serve --workers 2`: what one worker registers, activates or removes, the other learns on sync."""
+    from sits.control.adapters.store import AdapterStore
+
+    held: dict[str, set[str]] = {}
+    path = tmp_path / "data" / "adapters.json"
+    one = AdapterRegistry(lambda: TABLE, EngineStandIn(held), AdapterStore(path))
+    other = AdapterRegistry(lambda: TABLE, EngineStandIn(held), AdapterStore(path))
+    await one.restore()
+    await other.restore()
+    assert not await other.sync()  # nothing changed yet
+
+    await one.register(reg(write_lora(tmp_path / "a", smollm2), smollm2_config))
+    assert other.resolve(TABLE, "smol:a") is None
+    assert await other.sync()
+    assert other.resolve(TABLE, "smol:a") is not None and other.get("a").valid
+
+    await one.activate("a", ["smol/ep-1"])  # the engines hold it now; the other worker asks them again
+    assert await other.sync()
+    assert other.get("a").loaded_on == frozenset({"smol/ep-1"})
+
+    await other.register(reg(write_lora(tmp_path / "b", smollm2), smollm2_config, name="b"))
+    assert await one.sync() and sorted(r.name for r in one.records()) == ["a", "b"]
+    assert not await other.sync()  # its own change: nothing to catch up with
+
+    await one.deactivate("a")
+    await one.remove("a")
+    assert await other.sync()
+    assert [r.name for r in other.records()] == ["b"] and other.resolve(TABLE, "smol:a") is None
+    restarted = AdapterRegistry(lambda: TABLE, EngineStandIn(held), AdapterStore(path))
+    assert [r.name for r in await restarted.restore()] == ["b"]  # the file holds every worker's registrations

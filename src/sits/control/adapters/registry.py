@@ -84,55 +84,92 @@ class AdapterRegistry:
         self._registrations: dict[str, AdapterRegistration] = {}
         self._lock = asyncio.Lock()
         self._variants: dict[tuple[int, str], ModelEntry | None] = {}  # a cache of resolve()
+        self._seen_version: int | None = None  # the store's version this registry has caught up with
 
     # -- control plane ---------------------------------------------------------
 
     async def register(self, reg: AdapterRegistration) -> AdapterRecord:
         async with self._lock:
-            table = self._table()
-            if reg.base_model not in table.models:
-                raise ModelNotFound(f"base model {reg.base_model!r} is not served here", param="base_model")
-            current = self._records.get(reg.name)
-            if current is not None and current.loaded_on:
-                raise Conflict(f"adapter {reg.name!r} is active on {', '.join(sorted(current.loaded_on))}; "
-                               "deactivate it before registering it again", param="name")
-            base = await self._base(reg)
-            record = await asyncio.to_thread(_checked, reg, base)
-            self._registrations[reg.name] = reg.model_copy(update={"base": base.declaration})  # self-contained
-            self._set(record)
-            await self._save()
+            record = await self._register_locked(reg)
+            await self._save(upsert=self._registrations[reg.name])
             return record
 
     async def restore(self) -> list[AdapterRecord]:
         """At startup: the saved registrations, checked again, then where the engines have them loaded."""
         if self._store is None:
             return []
-        restored = []
-        for reg in await asyncio.to_thread(self._store.load):
-            try:
-                restored.append(await self.register(reg))
-            except (SitsError, OSError) as exc:
-                log.warning("adapter %s not restored: %s", reg.name, getattr(exc, "message", exc))
-        await self.rediscover()
-        return [self._records[r.name] for r in restored]
+        async with self._lock:
+            saved = await asyncio.to_thread(self._store.load_versioned)
+            restored = await self._register_saved(saved.registrations)
+            self._seen_version = saved.version
+            await self._rediscover_locked()
+            return [self._records[r.name] for r in restored]
+
+    async def sync(self) -> bool:
+        """Catch up with what another process sharing the store changed (`sits serve --workers N`):
+        registrations and removals made through another worker, and, after its activations, where the
+        engines now hold each adapter. True if there was anything to catch up with."""
+        if self._store is None:
+            return False
+        async with self._lock:
+            if await asyncio.to_thread(self._store.version) == self._seen_version:
+                return False
+            saved = await asyncio.to_thread(self._store.load_versioned)
+            await self._register_saved([r for r in saved.registrations if self._registrations.get(r.name) != r])
+            kept = {r.name for r in saved.registrations}
+            for name in [n for n in self._records if n not in kept]:  # removed through another worker
+                del self._records[name]
+                self._registrations.pop(name, None)
+            self._variants.clear()
+            self._seen_version = saved.version
+            await self._rediscover_locked()
+            return True
 
     async def rediscover(self) -> None:
         """Ask every base endpoint which adapters it serves (`/v1/models`) and record where each is loaded."""
         async with self._lock:
-            served: dict[str, frozenset[str]] = {}
-            for record in list(self._records.values()):
-                entry = self._table().models.get(record.base_model)
-                loaded = set()
-                for endpoint in entry.endpoints if entry is not None else ():
-                    if endpoint.id not in served:
-                        try:
-                            served[endpoint.id] = await self._admin.served_models(endpoint)
-                        except SitsError as exc:
-                            log.info("adapters on %s unknown: %s", endpoint.id, exc.message)
-                            served[endpoint.id] = frozenset()
-                    if record.name in served[endpoint.id]:
-                        loaded.add(endpoint.id)
-                self._set(dataclasses.replace(record, loaded_on=frozenset(loaded)))
+            await self._rediscover_locked()
+
+    async def _rediscover_locked(self) -> None:
+        served: dict[str, frozenset[str]] = {}
+        for record in list(self._records.values()):
+            entry = self._table().models.get(record.base_model)
+            loaded = set()
+            for endpoint in entry.endpoints if entry is not None else ():
+                if endpoint.id not in served:
+                    try:
+                        served[endpoint.id] = await self._admin.served_models(endpoint)
+                    except SitsError as exc:
+                        log.info("adapters on %s unknown: %s", endpoint.id, exc.message)
+                        served[endpoint.id] = frozenset()
+                if record.name in served[endpoint.id]:
+                    loaded.add(endpoint.id)
+            self._set(dataclasses.replace(record, loaded_on=frozenset(loaded)))
+
+    async def _register_locked(self, reg: AdapterRegistration, from_store: bool = False) -> AdapterRecord:
+        """`from_store`: a registration another worker accepted; where it is loaded is asked afterwards."""
+        table = self._table()
+        if reg.base_model not in table.models:
+            raise ModelNotFound(f"base model {reg.base_model!r} is not served here", param="base_model")
+        current = self._records.get(reg.name)
+        if current is not None and current.loaded_on and not from_store:
+            raise Conflict(f"adapter {reg.name!r} is active on {', '.join(sorted(current.loaded_on))}; "
+                           "deactivate it before registering it again", param="name")
+        base = await self._base(reg)
+        record = await asyncio.to_thread(_checked, reg, base)
+        self._registrations[reg.name] = reg.model_copy(update={"base": base.declaration})  # self-contained
+        self._set(record)
+        return record
+
+    async def _register_saved(self, registrations: list[AdapterRegistration]) -> list[AdapterRecord]:
+        """Registrations read from the store, checked here; one that cannot be is logged and skipped."""
+        done = []
+        for reg in registrations:
+            try:
+                done.append(await self._register_locked(reg, from_store=True))
+            except (SitsError, OSError) as exc:
+                log.warning("adapter %s not restored: %s", reg.name, getattr(exc, "message", exc))
+        return done
 
     async def validate(self, name: str) -> AdapterRecord:
         """Check the files again (they may have changed on disk); keeps where it is loaded."""
@@ -168,6 +205,7 @@ class AdapterRegistry:
                     first_error = first_error or exc
             record = dataclasses.replace(record, loaded_on=frozenset(loaded))
             self._set(record)
+            await self._save()  # the other workers ask the engines where it is loaded now
             if not loaded and first_error is not None:
                 # our own 502 with every endpoint's answer (a relayed engine 404 would read as "no such route")
                 raise UpstreamError(f"adapter {name!r} was loaded nowhere: "
@@ -202,6 +240,7 @@ class AdapterRegistry:
                 loaded.discard(endpoint_id)
             record = dataclasses.replace(record, loaded_on=frozenset(loaded))
             self._set(record)
+            await self._save()
             return record, outcomes
 
     async def remove(self, name: str) -> None:
@@ -213,7 +252,7 @@ class AdapterRegistry:
             del self._records[name]
             del self._registrations[name]
             self._variants.clear()
-            await self._save()
+            await self._save(remove=name)
 
     def get(self, name: str) -> AdapterRecord:
         record = self._records.get(name)
@@ -264,10 +303,13 @@ class AdapterRegistry:
             endpoints=tuple(dataclasses.replace(e, upstream_model=record.name) for e in endpoints),
         )
 
-    async def _save(self) -> None:
+    async def _save(self, upsert: AdapterRegistration | None = None, remove: str | None = None) -> None:
+        """One change to the shared store. This registry stays caught up only if nobody else changed
+        the store since it last looked; otherwise the next `sync` reads the other change too."""
         if self._store is not None:
-            registrations = [self._registrations[n] for n in sorted(self._registrations)]
-            await asyncio.to_thread(self._store.save, registrations)
+            before, after = await asyncio.to_thread(self._store.update, upsert, remove)
+            if before == self._seen_version:
+                self._seen_version = after
 
     def _set(self, record: AdapterRecord) -> None:
         self._records[record.name] = record
