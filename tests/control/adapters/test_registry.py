@@ -130,3 +130,15 @@ async def test_workers_sharing_a_store_follow_each_others_registrations(tmp_path
     assert [r.name for r in other.records()] == ["b"] and other.resolve(TABLE, "smol:a") is None
     restarted = AdapterRegistry(lambda: TABLE, EngineStandIn(held), AdapterStore(path))
     assert [r.name for r in await restarted.restore()] == ["b"]  # the file holds every worker's registrations
+
+
+async def test_a_damaged_shared_file_never_makes_a_worker_forget_its_adapters(tmp_path, smollm2, smollm2_config):
+    from sits.control.adapters.store import AdapterStore
+
+    path = tmp_path / "adapters.json"
+    one = AdapterRegistry(lambda: TABLE, EngineStandIn({}), AdapterStore(path))
+    await one.restore()
+    await one.register(reg(write_lora(tmp_path / "a", smollm2), smollm2_config))
+    path.write_text("{torn")
+    assert not await one.sync()
+    assert [r.name for r in one.records()] == ["a"]

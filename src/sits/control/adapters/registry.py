@@ -115,6 +115,8 @@ class AdapterRegistry:
             if await asyncio.to_thread(self._store.version) == self._seen_version:
                 return False
             saved = await asyncio.to_thread(self._store.load_versioned)
+            if not saved.readable:
+                return False  # keep what this worker knows rather than drop it all; logged by the store
             await self._register_saved([r for r in saved.registrations if self._registrations.get(r.name) != r])
             kept = {r.name for r in saved.registrations}
             for name in [n for n in self._records if n not in kept]:  # removed through another worker

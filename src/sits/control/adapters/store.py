@@ -29,6 +29,10 @@ log = logging.getLogger("sits.adapters")
 class SavedAdapters(NamedTuple):
     version: int  # 0: nothing saved yet (or a file from before versions, a bare list)
     registrations: list[AdapterRegistration]
+    readable: bool = True  # False: the file exists but could not be read (registrations then empty)
+
+
+_UNREADABLE = object()
 
 
 class AdapterStore:
@@ -42,6 +46,8 @@ class AdapterStore:
 
     def load_versioned(self) -> SavedAdapters:
         raw = self._read()
+        if raw is _UNREADABLE:
+            return SavedAdapters(0, [], readable=False)
         items = raw.get("adapters") if isinstance(raw, dict) else raw
         out = []
         for item in items if isinstance(items, list) else []:
@@ -85,7 +91,7 @@ class AdapterStore:
             return None
         except (OSError, orjson.JSONDecodeError) as exc:
             log.warning("adapter registrations in %s not read: %s", self._path, exc)
-            return None
+            return _UNREADABLE
 
     def _write(self, version: int, registrations: list[AdapterRegistration]) -> None:
         data = orjson.dumps({"version": version, "adapters": [r.model_dump(exclude_none=True) for r in registrations]},
