@@ -11,6 +11,7 @@ from sits.understanding.quality_router.ensemble_study import (
 )
 from sits.understanding.quality_router.outcomes import load_outcomes
 from sits.understanding.quality_router.training import split_indices
+from tests.understanding.quality_router.synthetic_outcomes import two_clusters
 
 
 def test_rank01_spans_zero_to_one_and_ties_share_their_mean_rank():
@@ -28,15 +29,7 @@ def test_a_cold_softmax_knn_is_the_nearest_neighbour_and_k_is_capped():
 
 
 def _synthetic(n=240, seed=0):
-    """Subject B: the weak model fails, the strong one does not; subject A: both mostly right."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(2, 16))
-    group = rng.integers(0, 2, n)
-    x = centers[group] + 0.5 * rng.normal(size=(n, 16))
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    strong = (rng.random(n) < 0.9).astype(float)
-    weak = np.where(group == 1, rng.random(n) < 0.2, rng.random(n) < 0.85).astype(float)
-    return x.astype(np.float32), np.stack([strong, weak], axis=1), group
+    return two_clusters(n, seed, spread=0.5)
 
 
 def test_every_ranker_ranks_the_hard_subject_first_and_cv_reads_only_training_rows():

@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sits.errors import ConfigError
@@ -13,18 +12,11 @@ from sits.understanding.quality_router.outcomes import load_outcomes, prompt_key
 from sits.understanding.quality_router.predictors import fit_bilinear, fit_knn
 from sits.understanding.quality_router.request_router import QualityRouting
 from sits.understanding.quality_router.training import train_router
+from tests.understanding.quality_router.synthetic_outcomes import two_clusters
 
 
 def _synthetic(n=300, seed=0):
-    """Two clusters: the weak model fails on cluster B only, so a router can learn to send B to strong."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(2, 16))
-    group = rng.integers(0, 2, n)
-    x = centers[group] + 0.3 * rng.normal(size=(n, 16))
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    strong = (rng.random(n) < 0.9).astype(float)
-    weak = np.where(group == 1, rng.random(n) < 0.2, rng.random(n) < 0.85).astype(float)
-    return x.astype(np.float32), np.stack([strong, weak], axis=1), group
+    return two_clusters(n, seed, spread=0.3)
 
 
 @pytest.mark.parametrize("fit", [lambda x, y: fit_knn(x, y, 20), lambda x, y: fit_bilinear(x, y, None, 1e-3),
