@@ -126,6 +126,8 @@ class Observation:
 
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+# The order every OpenAI-compatible server here writes: one search instead of two.
+_BOTH_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
 
 
 def usage_of(payload: bytes) -> tuple[int, int] | None:
@@ -136,6 +138,9 @@ def usage_of(payload: bytes) -> tuple[int, int] | None:
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
+    both = _BOTH_TOKENS.search(payload, at)
+    if both is not None:
+        return int(both[1]), int(both[2])
     prompt = _PROMPT_TOKENS.search(payload, at)
     completion = _COMPLETION_TOKENS.search(payload, at)
     if prompt is None and completion is None:

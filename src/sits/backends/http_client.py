@@ -30,6 +30,10 @@ _PAUSE_ABOVE_BYTES = 1 << 20
 # timers armed and cancelled per request (about 17k of a request's
 # ~450k instructions, measured with `bench/bench_instructions.py`); they fire up to this late.
 TIMEOUT_RESOLUTION_S = 0.02
+# Header names as sent -> lower-case str: an upstream sends the same few names on every answer, and a
+# lookup costs less than decoding and lower-casing each. Bounded: odd names are decoded each time.
+_HEADER_NAMES: dict[bytes, str] = {}
+_HEADER_NAMES_KEPT = 512
 
 
 class Origin(NamedTuple):
@@ -192,7 +196,12 @@ class _UpstreamConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._response is not None:
-            self._response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+            key = _HEADER_NAMES.get(name)
+            if key is None:
+                key = name.decode("latin-1").lower()
+                if len(_HEADER_NAMES) < _HEADER_NAMES_KEPT:
+                    _HEADER_NAMES[name] = key
+            self._response.headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         response = self._response
