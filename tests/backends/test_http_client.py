@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -19,21 +20,35 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-async def serve(events: list[tuple[float, bytes]]) -> tuple[asyncio.Server, int]:
-    """Answers every request with HEAD, then each (delay, bytes) in turn."""
+@asynccontextmanager
+async def serving(events: list[tuple[float, bytes]]) -> AsyncIterator[int]:
+    """A server on a free port that answers every request with HEAD, then each (delay, bytes) in turn,
+    and holds the connection open; everything it opened is closed and awaited on the way out."""
+    handlers: list[asyncio.Task] = []
+    writers: list[asyncio.StreamWriter] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        writers.append(writer)
         await reader.readuntil(b"{}")
         writer.write(HEAD)
         for delay, data in events:
             await asyncio.sleep(delay)
             writer.write(data)
-        await writer.drain()
-        await asyncio.sleep(5)
-        writer.close()
+        await reader.read()  # until the client closes
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        for writer in writers:
+            writer.close()
+        await asyncio.gather(*(w.wait_closed() for w in writers), return_exceptions=True)
+        await server.wait_closed()
 
 
 async def body_of(chunks: AsyncIterator[bytes]) -> bytes:
@@ -48,8 +63,7 @@ async def pool() -> AsyncIterator[ConnectionPool]:
 
 
 async def test_a_stream_with_no_first_token_in_time_fails_with_a_timeout(pool):
-    server, port = await serve([(3.0, chunk(b"data: {}\n\n"))])
-    async with server:
+    async with serving([(3.0, chunk(b"data: {}\n\n"))]) as port:
         response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=30))
         response.first_chunk_within(0.2)
         with pytest.raises(UpstreamTimeout, match="sent no token within 0.2s"):
@@ -58,8 +72,7 @@ async def test_a_stream_with_no_first_token_in_time_fails_with_a_timeout(pool):
 
 async def test_after_the_first_token_slower_chunks_are_only_bound_by_the_total_deadline(pool):
     events = [(0.1, chunk(b"data: {}\n\n")), (0.6, chunk(b"data: [DONE]\n\n")), (0.0, b"0\r\n\r\n")]
-    server, port = await serve(events)
-    async with server:
+    async with serving(events) as port:
         response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=30))
         response.first_chunk_within(0.3)  # the first token at 0.1 s is in time; the 0.6 s gap after it is fine
         body = await asyncio.wait_for(body_of(response.iter_chunks()), 5)
