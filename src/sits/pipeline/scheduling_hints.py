@@ -60,10 +60,6 @@ class SchedulingHints:
         self._families = catalog.bridge.maps
         self._table = table
 
-    def active(self) -> bool:
-        """Whether any adapter is registered or any tokenizer loaded (otherwise hints change nothing)."""
-        return bool(self._families or self._registered)
-
     def resolve(self, table: RoutingTable, name: str) -> ModelEntry | None:
         return self._resolve(table, name) if self._resolve is not None else None
 
@@ -72,7 +68,7 @@ class SchedulingHints:
         return self._tokenizers.counter_for(model.name, model.tokenizer_family) if self._tokenizers else None
 
     def hinted(self, model: ModelEntry, prompt_text: str, request: SchedulingRequest) -> SchedulingRequest:
-        if not self._families and not self._registered:  # active(), inline: it runs on every request
+        if not self._families and not self._registered:  # a truth test, not a call: it runs on every request
             return request  # the common case: nothing registered, nothing loaded (no per-request lookups)
         loaded = self._loaded_on(model) if self._loaded_on is not None else frozenset()
         counter = (self._tokenizers.counter_for(model.name, model.tokenizer_family)

@@ -17,9 +17,10 @@ REG = AdapterRegistration(name="sql", path="/a/sql", base_model="smol", dtype="f
 def test_registrations_round_trip(tmp_path):
     store = AdapterStore(tmp_path / "adapters.json")
     assert store.load() == []
-    store.save([REG, REG.model_copy(update={"name": "chat", "kind": "ia3"})])
-    assert [r.name for r in store.load()] == ["sql", "chat"]
-    assert store.load()[0] == REG
+    store.update(upsert=REG)
+    store.update(upsert=REG.model_copy(update={"name": "chat", "kind": "ia3"}))
+    assert [r.name for r in store.load()] == ["chat", "sql"]  # saved in name order
+    assert store.load()[1] == REG
 
 
 def test_a_damaged_file_or_entry_is_skipped(tmp_path):

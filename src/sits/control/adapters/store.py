@@ -77,13 +77,6 @@ class AdapterStore:
             self._write(version, [by_name[n] for n in sorted(by_name)])
             return saved.version, version
 
-    def save(self, registrations: list[AdapterRegistration]) -> None:
-        """Replace every saved registration (a single-process tool's write; the gateway uses `update`)."""
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "ab") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self._write(self.version() + 1, registrations)
-
     def _read(self) -> object:
         try:
             return orjson.loads(self._path.read_bytes())
