@@ -7,7 +7,7 @@ from typing import Any
 
 import openai
 
-from tests.conftest import base_url, sdk
+from tests.conftest import sdk
 
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -36,8 +36,8 @@ async def test_opted_in_route_answers_repeats_from_the_cache(upstream, start_gat
 
 async def test_cache_is_scoped_by_api_key(upstream, start_gateway):
     gateway = await start_gateway(config(upstream.url, cache=True))
-    alice = openai.AsyncOpenAI(base_url=base_url(gateway) + "/v1", api_key="alice", max_retries=0)
-    bob = openai.AsyncOpenAI(base_url=base_url(gateway) + "/v1", api_key="bob", max_retries=0)
+    alice = sdk(gateway, api_key="alice")
+    bob = sdk(gateway, api_key="bob")
     await alice.chat.completions.create(model="m", messages=ASK, temperature=0)
     await asyncio.sleep(0.05)
     raw = await bob.chat.completions.with_raw_response.create(model="m", messages=ASK, temperature=0)

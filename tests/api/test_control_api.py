@@ -191,9 +191,9 @@ async def test_data_plane_keys_when_configured(upstream, start_gateway):
     config = one_model_config(upstream.url)
     config["server"]["api_keys_env"] = "CLIENT_KEYS"
     gateway = await start_gateway(config, secrets={"CLIENT_KEYS": "k1,k2"})
-    good = openai.AsyncOpenAI(base_url=base_url(gateway) + "/v1", api_key="k2", max_retries=0)
+    good = sdk(gateway, api_key="k2")
     await good.chat.completions.create(model="m1", messages=[{"role": "user", "content": "x"}])
-    bad = openai.AsyncOpenAI(base_url=base_url(gateway) + "/v1", api_key="nope", max_retries=0)
+    bad = sdk(gateway, api_key="nope")
     with pytest.raises(openai.AuthenticationError):
         await bad.chat.completions.create(model="m1", messages=[{"role": "user", "content": "x"}])
     assert "authorization" not in upstream.log.headers[-1]
