@@ -3,7 +3,8 @@
 uvloop + httptools on both sides, pooled keep-alive upstream connections, the body's `model` read
 with orjson (a gateway must at least know where a request goes), the answer relayed (streamed
 chunks framed as they arrive). No validation, routing, limits, metrics, logs or error handling
-beyond what keeps it correct for the benchmark's traffic. It is not SITS and not a product: it is
+beyond what keeps it correct for the benchmark's traffic. Streamed chunks that arrive in one read leave
+in one write (as SITS relays them): one write per HTTP chunk would make the floor slower than SITS. It is not SITS and not a product: it is
 the ceiling a Python gateway's hot path can reach here, so SITS's cost can be read against it
 (`bench_instructions.py --server floor`, `run_gateway_bench.py`'s targets).
 
@@ -43,7 +44,10 @@ class Upstream(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        sink = self.sink
         self.parser.feed_data(data)
+        if sink is not None:
+            sink.flush()  # what this read brought, in one write
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self in self.pool.idle:
@@ -149,17 +153,20 @@ class Client(asyncio.Protocol):
         self.parts: list[bytes] = []
 
     def relay_body(self, chunk: bytes) -> None:
-        assert self.transport is not None
-        if self.chunked:  # relay each chunk as it comes
-            self.transport.write(self.pending + b"%x\r\n%b\r\n" % (len(chunk), chunk))
-            self.pending = b""
-        else:
-            self.parts.append(chunk)
+        self.parts.append(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
+
+    def flush(self) -> None:
+        """Chunked: relay the chunks framed so far (the end of one upstream read)."""
+        if self.chunked and self.parts:
+            assert self.transport is not None
+            self.transport.write(self.pending + b"".join(self.parts))
+            self.pending, self.parts = b"", []
 
     def relay_done(self) -> None:
         assert self.transport is not None
         if self.chunked:
-            self.transport.write(self.pending + b"0\r\n\r\n")
+            self.transport.write(self.pending + b"".join(self.parts) + b"0\r\n\r\n")
+            self.pending, self.parts = b"", []
         else:
             payload = b"".join(self.parts)
             self.transport.write(self.pending + b"content-length: %d\r\n\r\n%b" % (len(payload), payload))
