@@ -65,8 +65,9 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int) -> flo
 
 
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
-            procs: ProcessSet, out_dir: Path, config: Path | None = None) -> dict:
-    upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0"], cpus="1")
+            procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0) -> dict:
+    upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
+                                        "--event-gap-ms", str(event_gap_ms)], cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
     port = free_port()
     out = out_dir / f"callgrind-{'stream' if stream else 'nonstream'}.out"
@@ -101,6 +102,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
     if total <= 0:
         raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
     return {"server": server, "mode": "stream" if stream else "nonstream", "requests": requests, "concurrency": concurrency,
+            "event_gap_ms": event_gap_ms,
             "instructions": total, "instructions_per_request": round(total / requests),
             "seconds_under_valgrind": round(seconds, 1)}
 
@@ -120,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--config", type=Path, help="serve SITS with this config file instead of --backend (e.g. a "
                     "feature switched off, to price it); the text UPSTREAM_URL in it becomes the upstream's URL")
+    ap.add_argument("--event-gap-ms", type=float, default=0.0,
+                    help="the upstream writes each streamed event on its own, this many ms apart, as a model server "
+                    "does (default 0: all events in one write); prices relaying one event, e.g. 5 with --concurrency 2")
     args = ap.parse_args(argv)
     if args.requests < 1 or args.requests > 100_000:
         ap.error("--requests must be in 1..100000")
@@ -134,14 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for mode in args.modes.split(","):
                 rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests, args.warmup,
-                                    args.concurrency, procs, Path(tmp), args.config))
+                                    args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms))
         finally:
             procs.stop_all()
     print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}\n")
-    print("| mode | requests | concurrency | instructions per request |")
-    print("|---|---:|---:|---:|")
+    print("| mode | requests | concurrency | upstream event gap (ms) | instructions per request |")
+    print("|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['instructions_per_request']:,} |")
+        print(f"| {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['event_gap_ms']:g} | {r['instructions_per_request']:,} |")
     if args.json:
         args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()),
                                         "patch": str(args.patch) if args.patch else None, "results": rows},

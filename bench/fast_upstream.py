@@ -4,7 +4,9 @@ Raw asyncio.Protocol + httptools (llhttp) on uvloop; every response is prebuilt 
 
 - POST /v1/chat/completions            -> one small chat.completion JSON (Content-Length)
 - POST /v1/chat/completions stream=true -> 8 chat.completion.chunk SSE events + [DONE],
-                                           chunked transfer encoding, one write
+                                           chunked transfer encoding, one write (with
+                                           --event-gap-ms G: each event its own write, G ms
+                                           apart, as a model server streams tokens)
 - GET  /v1/models, GET /health          -> model list / ok
 - GET  /stats                           -> {"connections": opened so far, "completions": answered so far}
 - anything else                         -> 404 JSON
@@ -103,6 +105,12 @@ _BAD_REQUEST = orjson.dumps({"error": {"message": "bad request", "type": "invali
 # (path, keep_alive) -> prebuilt bytes
 _COMPLETION = {k: _response(b"200 OK", b"application/json", _completion_body(), k) for k in (True, False)}
 _STREAM = {k: _stream_response(k) for k in (True, False)}
+# --event-gap-ms: the same stream cut into the head and one HTTP chunk per event ([DONE] with the terminator)
+_STREAM_PIECES = {k: [_STREAM[k][:_STREAM[k].index(b"\r\n\r\n") + 4]]
+                  + [_http_chunk(b"data: " + e + b"\n\n") for e in stream_events()[:-1]]
+                  + [_http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+                  for k in (True, False)}
+EVENT_GAP_S = 0.0
 _MODELS_RESP = {k: _response(b"200 OK", b"application/json", _MODELS, k) for k in (True, False)}
 _HEALTH_RESP = {k: _response(b"200 OK", b"application/json", b'{"status":"ok"}', k) for k in (True, False)}
 _NOT_FOUND_RESP = {k: _response(b"404 Not Found", b"application/json", _NOT_FOUND, k) for k in (True, False)}
@@ -178,7 +186,13 @@ class UpstreamProtocol(asyncio.Protocol):
         if method == b"POST" and path == b"/v1/chat/completions":
             body = b"".join(self.body)
             Stats.completions += 1
-            transport.write(_STREAM[keep] if _wants_stream(body) else _COMPLETION[keep])
+            if not _wants_stream(body):
+                transport.write(_COMPLETION[keep])
+            elif EVENT_GAP_S > 0:
+                self._write_spaced(_STREAM_PIECES[keep], keep)
+                return
+            else:
+                transport.write(_STREAM[keep])
         elif method == b"GET" and path == b"/v1/models":
             transport.write(_MODELS_RESP[keep])
         elif method == b"GET" and path == b"/stats":
@@ -189,6 +203,24 @@ class UpstreamProtocol(asyncio.Protocol):
             transport.write(_NOT_FOUND_RESP[keep])
         if not keep:
             transport.close()
+
+    def _write_spaced(self, pieces: list[bytes], keep: bool) -> None:
+        """Head and first event now, each later event EVENT_GAP_S after the one before (one client at
+        a time per connection: the bench clients never pipeline streams)."""
+        loop = asyncio.get_running_loop()
+
+        def write(i: int) -> None:
+            transport = self.transport
+            if transport is None:
+                return
+            transport.write(pieces[i] + (pieces[i + 1] if i == 0 else b""))
+            step = 2 if i == 0 else 1
+            if i + step < len(pieces):
+                loop.call_later(EVENT_GAP_S, write, i + step)
+            elif not keep:
+                transport.close()
+
+        write(0)
 
 
 async def serve(host: str, port: int) -> None:
@@ -208,7 +240,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--event-gap-ms", type=float, default=0.0,
+                    help="stream each SSE event in its own write, this many ms apart (default: all in one write)")
     args = ap.parse_args(argv)
+    if not 0 <= args.event_gap_ms <= 1000:
+        ap.error("--event-gap-ms must be in 0..1000")
+    global EVENT_GAP_S
+    EVENT_GAP_S = args.event_gap_ms / 1000
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         ap.error("the bench upstream binds loopback only")
     import uvloop

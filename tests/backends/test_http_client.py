@@ -1,5 +1,6 @@
-"""The pooled upstream client's first-token deadline: a stream that sends headers and then nothing
-fails with UpstreamTimeout; once its first bytes came, only the total deadline applies again."""
+"""The pooled upstream client: the first-token deadline (a stream that sends headers and then nothing
+fails with UpstreamTimeout; once its first bytes came, only the total deadline applies again) and reading
+paused above 1 MiB buffered (resumed as the consumer takes chunks; never paused for a whole-body read)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,25 @@ async def test_after_the_first_token_slower_chunks_are_only_bound_by_the_total_d
         response.first_chunk_within(0.3)  # the first token at 0.1 s is in time; the 0.6 s gap after it is fine
         body = await asyncio.wait_for(body_of(response.iter_chunks()), 5)
     assert body == b"data: {}\n\ndata: [DONE]\n\n"
+
+
+async def test_a_body_over_the_read_buffer_limit_is_read_whole(pool):
+    """Above 1 MiB buffered the connection pauses reading until the consumer catches up: `read()` (the
+    whole body, e.g. a large embeddings answer) never pauses it, or the body would wait for the total deadline."""
+    part = b"x" * (512 * 1024)
+    events = [(0.02, chunk(part)) for _ in range(6)] + [(0.0, b"0\r\n\r\n")]
+    async with serving(events) as port:
+        origin = Origin("http", "127.0.0.1", port)
+        response = await pool.request(origin, REQUEST, Timeouts(total=30))
+        body = await asyncio.wait_for(response.read(), 5)
+    assert body == part * 6
+
+
+async def test_a_stream_consumer_that_lags_resumes_the_paused_connection(pool):
+    part = b"data: {" + b"x" * (512 * 1024) + b"}\n\n"
+    events = [(0.0, chunk(part)) for _ in range(6)] + [(0.0, chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")]
+    async with serving(events) as port:
+        response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=30))
+        await asyncio.sleep(0.3)  # everything sent meanwhile: the buffer passes 1 MiB and reading pauses
+        body = await asyncio.wait_for(body_of(response.iter_chunks()), 5)
+    assert body == part * 6 + b"data: [DONE]\n\n"

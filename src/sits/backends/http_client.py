@@ -64,7 +64,7 @@ class _StaleConnection(Exception):
 class UpstreamResponse:
     """Status, headers and a body that arrives in chunks."""
 
-    __slots__ = ("status", "headers", "_chunks", "_buffered", "_done", "_error", "_waiter", "_conn", "_loop")
+    __slots__ = ("status", "headers", "_chunks", "_buffered", "_done", "_error", "_waiter", "_conn", "_loop", "_whole")
 
     def __init__(self, conn: _UpstreamConnection) -> None:
         self.status = 0
@@ -76,28 +76,41 @@ class UpstreamResponse:
         self._waiter: asyncio.Future[None] | None = None
         self._conn: _UpstreamConnection | None = conn
         self._loop = conn._loop  # asyncio.get_running_loop() costs a getpid() per call on 3.11
+        self._whole = False  # read() takes the whole body: reading never pauses for it
 
     async def read(self) -> bytes:
         """The whole body."""
+        self._whole = True
+        conn = self._conn
+        if conn is not None and conn.paused:  # paused before read() began
+            conn.resume()
         while not self._done:
             await self._wait()
         return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """Body chunks as they arrive (each may join several network reads)."""
+        chunks = self._chunks
         try:
             while True:
-                if self._chunks:
-                    data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-                    self._chunks.clear()
+                if chunks:
+                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    chunks.clear()
                     self._buffered = 0
-                    if self._conn is not None:
-                        self._conn.resume()
+                    conn = self._conn
+                    if conn is not None and conn.paused:
+                        conn.resume()
                     yield data
                 elif self._done:
                     return
-                else:
-                    await self._wait()
+                else:  # `_wait` inlined: this runs once per streamed event
+                    if self._error is not None:
+                        raise self._error
+                    waiter = self._waiter = self._loop.create_future()
+                    await waiter  # a cancelled waiter is done: `_wake` skips it
+                    self._waiter = None
+                    if self._error is not None:
+                        raise self._error
         finally:
             self.close()
 
@@ -129,7 +142,7 @@ class UpstreamResponse:
         self._chunks.append(data)
         self._buffered += len(data)
         self._wake()
-        return self._buffered > _PAUSE_ABOVE_BYTES
+        return self._buffered > _PAUSE_ABOVE_BYTES and not self._whole
 
     def _finish(self) -> None:
         self._done = True
@@ -163,6 +176,7 @@ class _UpstreamConnection(asyncio.Protocol):
         self._first_token_s = 0.0
         self.closed = False
         self.reused = False
+        self.paused = False  # reading paused because the body buffer is full (see `on_body`)
 
     # -- protocol ------------------------------------------------------------
 
@@ -218,6 +232,7 @@ class _UpstreamConnection(asyncio.Protocol):
             self.deadline, self._waiting_for = self._started + self._timeouts.total, "total"
         if self._response is not None and self._response._feed(body) and self._transport is not None:
             self._transport.pause_reading()
+            self.paused = True
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -250,6 +265,7 @@ class _UpstreamConnection(asyncio.Protocol):
             self._waiting_for, self._first_token_s = "first token", seconds
 
     def resume(self) -> None:
+        self.paused = False
         if self._transport is not None and not self.closed:
             self._transport.resume_reading()
 

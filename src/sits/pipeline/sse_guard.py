@@ -20,6 +20,9 @@ class SseGuard:
 
     def check(self, chunk: bytes) -> None:
         """Raise UpstreamProtocolError at the first malformed line; partial lines wait for the next chunk."""
+        if not self._partial and chunk[:7] == b"data: {" and chunk.find(b"\n") == len(chunk) - 2 \
+                and chunk[-1:] == b"\n":
+            return  # the usual chunk from a model server streaming tokens: one whole JSON event, one line
         data = self._partial + chunk if self._partial else chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
