@@ -32,6 +32,7 @@ class FakeUpstream:
     def __init__(self, name: str = "upstream", stream_chunks: int = 5, chunk_delay: float = 0.0) -> None:
         self.name = name
         self.mode = "ok"
+        self.embedding_triples = 1  # each embedding is [0.1, 0.2, 0.3] repeated this many times
         self.error_rate = 0.3
         self.malformed_at = 2  # malformed_sse: garbage goes out before this event
         self._rng = random.Random(1234)
@@ -159,6 +160,7 @@ class FakeUpstream:
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         return web.json_response({
             "object": "list", "model": body["model"],
-            "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i in range(len(inputs))],
+            "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3] * self.embedding_triples}
+                     for i in range(len(inputs))],
             "usage": {"prompt_tokens": 2, "total_tokens": 2},
         })

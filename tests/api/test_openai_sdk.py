@@ -87,6 +87,14 @@ async def test_completions_embeddings_and_models(upstream, start_gateway):
     assert models[:2] == ["m1", "chat-default"]
 
 
+async def test_an_answer_over_a_mebibyte_is_relayed_whole(upstream, start_gateway):
+    """A batch of large embeddings (about 1.8 MB of JSON) reaches the gateway in many reads."""
+    upstream.embedding_triples = 1024
+    gateway = await start_gateway(one_model_config(upstream.url))
+    embedding = await sdk(gateway, timeout=10).embeddings.create(model="m1", input=[f"text {i}" for i in range(150)])
+    assert len(embedding.data) == 150 and len(embedding.data[149].embedding) == 3072
+
+
 async def test_unknown_model_is_404_listing_available(upstream, start_gateway):
     gateway = await start_gateway(one_model_config(upstream.url))
     with pytest.raises(openai.NotFoundError) as info:
