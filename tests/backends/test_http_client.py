@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from sits.backends.http_client import ConnectionPool, Origin, Timeouts
+from sits.backends.http_client import ConnectionPool, Origin, Timeouts, _UpstreamConnection
 from sits.errors import UpstreamTimeout
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -100,3 +100,40 @@ async def test_a_stream_consumer_that_lags_resumes_the_paused_connection(pool):
         await asyncio.sleep(0.3)  # everything sent meanwhile: the buffer passes 1 MiB and reading pauses
         body = await asyncio.wait_for(body_of(response.iter_chunks()), 5)
     assert body == part * 6 + b"data: [DONE]\n\n"
+
+
+class _Transport:
+    """Just enough of an asyncio transport to drive a connection's callbacks by hand."""
+
+    def __init__(self) -> None:
+        self.reading, self.written, self.closed = True, b"", False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_body_that_fills_the_buffer_in_its_last_read_leaves_the_connection_reading(pool):
+    """If the read that ends the body also passes 1 MiB buffered, the connection goes back to the pool
+    paused: the next exchange on it would wait for its first byte forever. It is resumed on release."""
+    origin = Origin("http", "127.0.0.1", 9)
+    conn, transport = _UpstreamConnection(pool, origin), _Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    headers_ready = conn.send(REQUEST, Timeouts(total=30))
+    body = b"x" * ((1 << 20) + 10)
+    conn.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body))
+    response = await headers_ready
+    assert transport.reading and not conn.paused
+    assert pool._take_idle(origin) is conn  # back in the pool, reading
+    assert await response.read() == body

@@ -241,6 +241,8 @@ class _UpstreamConnection(asyncio.Protocol):
         if response is not None:
             response._finish()
         if keep_alive and not self.closed:
+            if self.paused:  # the last read both filled the buffer and ended the body: the next exchange reads
+                self.resume()
             self._pool._release(self)
         else:
             self.abort()
