@@ -169,10 +169,12 @@ class OpenAIRoutes:
                             if previous:
                                 gaps.observe(now - previous)
                             previous = now
-                        if b'"usage":{' in chunk:
+                        # find(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int
+                        # and formats a TypeError it then drops (about 2.5k instructions per event)
+                        if chunk.find(b'"usage":{') >= 0:
                             last = chunk
                         yield chunk
-                    if b"[DONE]" not in tail:
+                    if tail.find(b"[DONE]") < 0:
                         raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
                     status = 200
                     break

@@ -150,4 +150,4 @@ def usage_of(payload: bytes) -> tuple[int, int] | None:
 
 def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
     """Usage from the last events of a stream (sent when the client asked for include_usage)."""
-    return usage_of(tail) if b'"usage":{' in tail else None
+    return usage_of(tail) if tail.find(b'"usage":{') >= 0 else None  # find(): see openai_routes._relay_stream
