@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sits.understanding.quality_router.finetune_study import (
-    REFERENCE, TuneConfig, blend, candidate_scores, choose, cv_folds, fine_tune, frozen_scores, run_cv,
+    REFERENCE, TuneConfig, blend, candidate_scores, choose, cv_folds, fine_tune, frozen_scores, limited, run_cv,
 )
 from sits.understanding.quality_router.metrics import pair_metrics
 from sits.understanding.quality_router.training import FOLDS
@@ -31,6 +31,14 @@ def test_blend_zero_is_the_tuned_ranking_and_a_half_averages_ranks():
 def test_folds_are_the_product_routers():
     folds = cv_folds(457, 0)
     assert sorted(np.bincount(folds).tolist()) == [91, 91, 91, 92, 92] and folds.max() == FOLDS - 1
+
+
+def test_the_fine_tuning_budget_is_a_seeded_sample_of_the_fit_rows():
+    rows = np.arange(10, 110)
+    assert limited(rows, None, 0) is rows and limited(rows, 500, 0) is rows
+    few = limited(rows, 30, 0)
+    assert len(set(few.tolist())) == 30 and set(few.tolist()) <= set(rows.tolist()) and (np.diff(few) > 0).all()
+    assert few.tolist() == limited(rows, 30, 0).tolist() != limited(rows, 30, 1).tolist()
 
 
 def test_frozen_rankers_rank_the_hard_cluster_first():

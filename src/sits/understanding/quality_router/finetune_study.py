@@ -14,9 +14,11 @@ never reads the held-out half: per fold it fine-tunes each configuration once an
 validation rows after every epoch (the learning rate is constant after warm-up, so "epoch e of a
 longer run" is exactly "a run of e epochs"), and scores each (configuration, epochs, blend weight)
 by mean per-fold APGR. `--folds-run K` runs the first K folds only (an inner validation split when
-K = 1), for data too large to fine-tune five times here. The second call fine-tunes the one choice
-on the whole training half and scores it once on the unseen rows `sits router eval` keeps, with
-the frozen-feature router and the length rule for reference. Candidates, named
+K = 1), for data too large to fine-tune five times here; `--fit-limit N` fine-tunes on a seeded N of
+the fit rows (the frozen router still fits all of them), and the held-out call keeps that budget.
+The second call fine-tunes the one choice on the whole training half (or that budget of it) and
+scores it once on the unseen rows `sits router eval` keeps, with the frozen-feature router and the
+length rule for reference. Candidates, named
 `ft-{loss}-lr{lr}-e{epochs}[+frozen-a{a}]`:
 
 - loss `heads`: two logistic heads, p(strong right) and p(weak right), ranked by their difference
@@ -245,13 +247,12 @@ def run_cv(
     meta: dict[str, dict[str, Any]] = {}
     for k in range(folds_run):
         fi, vi = train_idx[folds != k], train_idx[folds == k]
-        if fit_limit is not None and len(fi) > fit_limit:
-            fi = np.sort(np.random.default_rng(seed + k).choice(fi, fit_limit, replace=False))
+        ft = limited(fi, fit_limit, seed)
         frozen = None if frozen_x is None else frozen_scores(frozen_x, scores, fi, vi, frozen_ranker)
         fold: dict[str, np.ndarray] = {} if frozen is None else {REFERENCE: frozen}
         for cfg in configs:
-            log(f"  fold {k}: {cfg.tag} on {len(fi)} rows, {len(vi)} scored")
-            tuned = fine_tune(make_encoder(cfg), [texts[i] for i in fi], scores[fi], cfg, [texts[i] for i in vi],
+            log(f"  fold {k}: {cfg.tag} on {len(ft)} rows, {len(vi)} scored")
+            tuned = fine_tune(make_encoder(cfg), [texts[i] for i in ft], scores[ft], cfg, [texts[i] for i in vi],
                               range(1, cfg.epochs + 1), log)
             fold.update(candidate_scores(tuned, frozen, cfg))
             for epoch in tuned:
@@ -264,19 +265,29 @@ def run_cv(
             for n, v in per_fold.items()}
 
 
+def limited(rows: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
+    """At most `limit` of `rows` (a seeded sample) to fine-tune on: a CPU budget. The frozen router
+    always fits every row, in CV and held out alike."""
+    if limit is None or len(rows) <= limit:
+        return rows
+    return np.sort(np.random.default_rng(seed).choice(rows, limit, replace=False))
+
+
 def evaluate_heldout(
     texts: Sequence[str], scores: np.ndarray, train_idx: np.ndarray, held_idx: np.ndarray, chosen: dict[str, Any],
     make_encoder: Callable[[TuneConfig], TextEncoder], frozen_x: np.ndarray | None, frozen_ranker: str,
-    log: Callable[[str], None] = print,
+    fit_limit: int | None = None, seed: int = 0, log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """The choice fine-tuned on the whole training half, scored once on the unseen rows."""
     seen = {prompt_key(texts[i]) for i in train_idx}
     unseen = np.array([i for i in held_idx if prompt_key(texts[i]) not in seen], dtype=int)
     cfg = TuneConfig(**chosen["config"])
     started = time.monotonic()
-    tuned = fine_tune(make_encoder(cfg), [texts[i] for i in train_idx], scores[train_idx], cfg,
+    ft = limited(train_idx, fit_limit, seed)
+    tuned = fine_tune(make_encoder(cfg), [texts[i] for i in ft], scores[ft], cfg,
                       [texts[i] for i in unseen], [chosen["epochs"]], log)[chosen["epochs"]]
-    out: dict[str, Any] = {"rows": len(unseen), "fine_tune_seconds": round(time.monotonic() - started)}
+    out: dict[str, Any] = {"rows": len(unseen), "fine_tuned_on": len(ft),
+                           "fine_tune_seconds": round(time.monotonic() - started)}
     frozen = None if frozen_x is None else frozen_scores(frozen_x, scores, train_idx, unseen, frozen_ranker)
     rankings = {"chosen": blend(tuned, frozen, chosen["blend"]), "fine-tuned alone (same run)": tuned,
                 "prompt_length": np.array([len(texts[i]) for i in unseen], float)}
@@ -311,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lrs", default="3e-5")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--folds-run", type=int, default=FOLDS, help="run the first K of the 5 folds")
-    ap.add_argument("--fit-limit", type=int, help="fine-tune each fold on at most this many rows (a quick look)")
+    ap.add_argument("--fit-limit", type=int, help="fine-tune on at most this many rows (CPU budget; kept for --evaluate)")
     ap.add_argument("--evaluate", type=Path, help="a CV result of this study: score its choice on the held-out half")
     ap.add_argument("--merge", help="comma-separated CV results of this study (configurations run in parallel "
                                     "processes): one result, one choice over all their candidates")
@@ -360,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen_meta = report["cv_apgr"][report["chosen"]]
         print(f"evaluating {report['chosen']} once on the held-out half", flush=True)
         report["heldout"] = evaluate_heldout(o.prompts, scores, train_idx, held_idx, chosen_meta, make_encoder,
-                                             frozen_x, frozen["ranker"])
+                                             frozen_x, frozen["ranker"], report["fit_limit"], args.seed)
         report["evaluate_seconds"] = round(time.monotonic() - started)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
