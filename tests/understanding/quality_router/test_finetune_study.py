@@ -128,3 +128,17 @@ def test_merged_cv_results_choose_over_all_candidates_and_refuse_different_setup
     assert merged["chosen"] == "ft-gain-lr3e-05-e2" and len(merged["cv_apgr"]) == 3
     with pytest.raises(ValueError, match="folds_run"):
         merge_cv([a, {**b, "folds_run": 1}])
+
+
+def test_a_saved_epoch_scores_exactly_as_a_run_of_that_many_epochs(tmp_path):
+    pytest.importorskip("torch")
+    from sits.understanding.quality_router.finetune_study import fit_checkpoints, scores_from_checkpoint
+
+    _, scores, group = two_clusters(120, 3)
+    texts = _texts(group, np.random.default_rng(3))
+    cfg = TuneConfig(lr=0.05, head_lr=0.05, epochs=3, batch=16)
+    fit_checkpoints(_HashedWords(), texts[:80], scores[:80], cfg, tmp_path / "ck", log=lambda _: None)
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["config.json", "epoch1.pt", "epoch2.pt", "epoch3.pt"]
+    direct = fine_tune(_HashedWords(), texts[:80], scores[:80], cfg, texts[80:], [2])[2]
+    np.testing.assert_allclose(scores_from_checkpoint(_HashedWords(), tmp_path / "ck", 2, texts[80:]), direct)
+    assert not np.allclose(scores_from_checkpoint(_HashedWords(), tmp_path / "ck", 1, texts[80:]), direct)

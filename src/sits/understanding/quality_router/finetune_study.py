@@ -114,9 +114,11 @@ class MiniLMEncoder:
 def fine_tune(
     encoder: TextEncoder, fit_texts: Sequence[str], fit_scores: np.ndarray, cfg: TuneConfig,
     score_texts: Sequence[str], score_after: Sequence[int], log: Callable[[str], None] = lambda _: None,
+    checkpoint: Callable[[int, Any], None] | None = None,
 ) -> dict[int, np.ndarray]:
     """Train encoder + head on (strong, weak) outcomes; {epoch: gain score of `score_texts`} after the
-    epochs in `score_after` (higher = send to the strong model)."""
+    epochs in `score_after` (higher = send to the strong model). `checkpoint(epoch, head)`, when
+    given, is called after every epoch (to save the weights)."""
     import torch
 
     torch.manual_seed(cfg.seed)
@@ -142,7 +144,7 @@ def fine_tune(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     lengths = np.array([len(t) for t in fit_texts])
     out: dict[int, np.ndarray] = {}
-    for epoch in range(1, max(score_after) + 1):
+    for epoch in range(1, max(score_after, default=cfg.epochs) + 1):
         encoder.module.train()
         head.train()
         started, total = time.monotonic(), 0.0
@@ -158,9 +160,38 @@ def fine_tune(
             sched.step()
             total += float(loss.detach()) * len(rows)
         log(f"    epoch {epoch}: loss {total / len(fit_texts):.4f} ({time.monotonic() - started:.0f} s)")
+        if checkpoint is not None:
+            checkpoint(epoch, head)
         if epoch in score_after:
             out[epoch] = _gain_scores(encoder, head, score_texts, cfg.loss)
     return out
+
+
+def fit_checkpoints(encoder: TextEncoder, texts: Sequence[str], scores: np.ndarray, cfg: TuneConfig, folder: Path,
+                    log: Callable[[str], None] = print) -> None:
+    """Fine-tune on the training rows (no scoring at all) and save the weights after every epoch, so
+    the final fit can run while CV is still choosing its epoch count; nothing held out is read."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(asdict(cfg)) + "\n")
+
+    def save(epoch: int, head: Any) -> None:
+        torch.save({"encoder": encoder.module.state_dict(), "head": head.state_dict()}, folder / f"epoch{epoch}.pt")
+
+    fine_tune(encoder, texts, scores, cfg, [], [], log, save)
+
+
+def scores_from_checkpoint(encoder: TextEncoder, folder: Path, epoch: int, texts: Sequence[str]) -> np.ndarray:
+    """The gain scores of `texts` under the weights `fit_checkpoints` saved after `epoch`."""
+    import torch
+
+    cfg = TuneConfig(**json.loads((folder / "config.json").read_text("utf-8")))
+    saved = torch.load(folder / f"epoch{epoch}.pt")
+    encoder.module.load_state_dict(saved["encoder"])
+    head = torch.nn.Linear(encoder.dim, 2 if cfg.loss == "heads" else 1)
+    head.load_state_dict(saved["head"])
+    return _gain_scores(encoder, head, texts, cfg.loss)
 
 
 def _length_batches(lengths: np.ndarray, batch: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -277,15 +308,24 @@ def evaluate_heldout(
     texts: Sequence[str], scores: np.ndarray, train_idx: np.ndarray, held_idx: np.ndarray, chosen: dict[str, Any],
     make_encoder: Callable[[TuneConfig], TextEncoder], frozen_x: np.ndarray | None, frozen_ranker: str,
     fit_limit: int | None = None, seed: int = 0, log: Callable[[str], None] = print,
+    checkpoints: Path | None = None,
 ) -> dict[str, Any]:
-    """The choice fine-tuned on the whole training half, scored once on the unseen rows."""
+    """The choice fine-tuned on the whole training half (or read from `fit_checkpoints`' folder of the
+    same configuration), scored once on the unseen rows."""
     seen = {prompt_key(texts[i]) for i in train_idx}
     unseen = np.array([i for i in held_idx if prompt_key(texts[i]) not in seen], dtype=int)
     cfg = TuneConfig(**chosen["config"])
     started = time.monotonic()
     ft = limited(train_idx, fit_limit, seed)
-    tuned = fine_tune(make_encoder(cfg), [texts[i] for i in ft], scores[ft], cfg,
-                      [texts[i] for i in unseen], [chosen["epochs"]], log)[chosen["epochs"]]
+    if checkpoints is not None:
+        saved = TuneConfig(**json.loads((checkpoints / "config.json").read_text("utf-8")))
+        if (saved.loss, saved.lr, saved.head_lr, saved.batch, saved.max_len, saved.seed) != (
+                cfg.loss, cfg.lr, cfg.head_lr, cfg.batch, cfg.max_len, cfg.seed) or saved.epochs < chosen["epochs"]:
+            raise ValueError(f"{checkpoints} holds another configuration: {saved}")
+        tuned = scores_from_checkpoint(make_encoder(cfg), checkpoints, chosen["epochs"], [texts[i] for i in unseen])
+    else:
+        tuned = fine_tune(make_encoder(cfg), [texts[i] for i in ft], scores[ft], cfg,
+                          [texts[i] for i in unseen], [chosen["epochs"]], log)[chosen["epochs"]]
     out: dict[str, Any] = {"rows": len(unseen), "fine_tuned_on": len(ft),
                            "fine_tune_seconds": round(time.monotonic() - started)}
     frozen = None if frozen_x is None else frozen_scores(frozen_x, scores, train_idx, unseen, frozen_ranker)
@@ -326,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--evaluate", type=Path, help="a CV result of this study: score its choice on the held-out half")
     ap.add_argument("--merge", help="comma-separated CV results of this study (configurations run in parallel "
                                     "processes): one result, one choice over all their candidates")
+    ap.add_argument("--fit-final", type=Path, help="fine-tune the --losses/--lrs configuration on the training "
+                                                   "half (--fit-limit applies) and save every epoch's weights here")
+    ap.add_argument("--checkpoints", type=Path, help="with --evaluate: read the choice's weights from --fit-final's folder")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
@@ -352,6 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     def make_encoder(cfg: TuneConfig) -> TextEncoder:
         return MiniLMEncoder(cfg.max_len)
 
+    if args.fit_final is not None:
+        cfg = TuneConfig(loss=args.losses, lr=float(args.lrs), epochs=args.epochs, seed=args.seed)
+        ft = limited(train_idx, args.fit_limit, args.seed)
+        fit_checkpoints(make_encoder(cfg), [o.prompts[i] for i in ft], scores[ft], cfg, args.fit_final)
+        print(f"saved {cfg.epochs} epochs of {cfg.tag} on {len(ft)} training rows in {args.fit_final} "
+              f"({time.monotonic() - started:.0f} s)", flush=True)
+        return 0
     if cv_report is None:
         configs = [TuneConfig(loss=loss, lr=float(lr), epochs=args.epochs, seed=args.seed)
                    for loss in args.losses.split(",") for lr in args.lrs.split(",")]
@@ -371,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen_meta = report["cv_apgr"][report["chosen"]]
         print(f"evaluating {report['chosen']} once on the held-out half", flush=True)
         report["heldout"] = evaluate_heldout(o.prompts, scores, train_idx, held_idx, chosen_meta, make_encoder,
-                                             frozen_x, frozen["ranker"], report["fit_limit"], args.seed)
+                                             frozen_x, frozen["ranker"], report["fit_limit"], args.seed,
+                                             checkpoints=args.checkpoints)
         report["evaluate_seconds"] = round(time.monotonic() - started)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
