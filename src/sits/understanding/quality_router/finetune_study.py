@@ -326,8 +326,8 @@ def evaluate_heldout(
     else:
         tuned = fine_tune(make_encoder(cfg), [texts[i] for i in ft], scores[ft], cfg,
                           [texts[i] for i in unseen], [chosen["epochs"]], log)[chosen["epochs"]]
-    out: dict[str, Any] = {"rows": len(unseen), "fine_tuned_on": len(ft),
-                           "fine_tune_seconds": round(time.monotonic() - started)}
+    seconds = "scoring_seconds" if checkpoints is not None else "fine_tune_seconds"
+    out: dict[str, Any] = {"rows": len(unseen), "fine_tuned_on": len(ft), seconds: round(time.monotonic() - started)}
     frozen = None if frozen_x is None else frozen_scores(frozen_x, scores, train_idx, unseen, frozen_ranker)
     rankings = {"chosen": blend(tuned, frozen, chosen["blend"]), "fine-tuned alone (same run)": tuned,
                 "prompt_length": np.array([len(texts[i]) for i in unseen], float)}
