@@ -40,7 +40,7 @@ def test_adapter_holders_come_from_the_attached_registry():
     hints = SchedulingHints()
     variant = entry("base")
     hints.attach_adapters(lambda table, name: variant if name == "base:a" else None,
-                          lambda model: frozenset({"base-0"}) if model is variant else frozenset())
+                          lambda model: frozenset({"base-0"}) if model is variant else frozenset(), {"a": object()})
     assert hints.resolve(RoutingTable({}), "base:a") is variant
     assert hints.hinted(variant, "x", REQUEST).adapter_endpoints == frozenset({"base-0"})
     assert hints.hinted(entry("other"), "x", REQUEST) is REQUEST

@@ -31,8 +31,6 @@ _SAMPLE_CHARS = 4000  # enough prompt text for a stable token ratio
 
 # (table, requested name) -> the variant entry, or None if the name is no variant of a model
 VariantResolver = Callable[[RoutingTable, str], ModelEntry | None]
-_SOME: Mapping[str, object] = {"": None}  # "some adapter may be registered": never empty
-
 # variant entry -> ids of the endpoints that already hold its adapter (empty for any other entry)
 LoadedOn = Callable[[ModelEntry], frozenset[str]]
 
@@ -48,12 +46,11 @@ class SchedulingHints:
         self._tokenizers: TokenizerCatalog | None = None
         self._table: Callable[[], RoutingTable] | None = None
 
-    def attach_adapters(self, resolve: VariantResolver, loaded_on: LoadedOn,
-                        registered: Mapping[str, object] | None = None) -> None:
-        """`registered`: a live view of the registered adapters (None: assume some may be)."""
+    def attach_adapters(self, resolve: VariantResolver, loaded_on: LoadedOn, registered: Mapping[str, object]) -> None:
+        """`registered`: a live view of the registered adapters (lookups start with the first one)."""
         self._resolve = resolve
         self._loaded_on = loaded_on
-        self._registered = registered if registered is not None else _SOME
+        self._registered = registered
 
     def attach_tokenizers(self, catalog: TokenizerCatalog, table: Callable[[], RoutingTable]) -> None:
         self._tokenizers = catalog

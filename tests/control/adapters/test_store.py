@@ -16,19 +16,19 @@ REG = AdapterRegistration(name="sql", path="/a/sql", base_model="smol", dtype="f
 
 def test_registrations_round_trip(tmp_path):
     store = AdapterStore(tmp_path / "adapters.json")
-    assert store.load() == []
+    assert store.load_versioned().registrations == []
     store.update(upsert=REG)
     store.update(upsert=REG.model_copy(update={"name": "chat", "kind": "ia3"}))
-    assert [r.name for r in store.load()] == ["chat", "sql"]  # saved in name order
-    assert store.load()[1] == REG
+    assert [r.name for r in store.load_versioned().registrations] == ["chat", "sql"]  # saved in name order
+    assert store.load_versioned().registrations[1] == REG
 
 
 def test_a_damaged_file_or_entry_is_skipped(tmp_path):
     path = tmp_path / "adapters.json"
     path.write_text("{not json")
-    assert AdapterStore(path).load() == []
+    assert AdapterStore(path).load_versioned().registrations == []
     path.write_bytes(orjson.dumps([{"name": "a:b", "path": "/x", "base_model": "m"}, REG.model_dump()]))
-    assert [r.name for r in AdapterStore(path).load()] == ["sql"]
+    assert [r.name for r in AdapterStore(path).load_versioned().registrations] == ["sql"]
 
 
 def test_a_file_from_before_versions_reads_as_version_0(tmp_path):
@@ -42,10 +42,10 @@ def test_each_update_applies_one_change_to_what_is_saved_and_raises_the_version(
     one, other = AdapterStore(tmp_path / "adapters.json"), AdapterStore(tmp_path / "adapters.json")
     assert one.update(upsert=REG) == (0, 1)
     assert other.update(upsert=REG.model_copy(update={"name": "chat"})) == (1, 2)  # keeps "sql"
-    assert [r.name for r in one.load()] == ["chat", "sql"]
+    assert [r.name for r in one.load_versioned().registrations] == ["chat", "sql"]
     assert one.update() == (2, 3) and one.version() == 3  # a touch: same registrations, a new version
     assert one.update(remove="sql") == (3, 4)
-    assert [r.name for r in other.load()] == ["chat"]
+    assert [r.name for r in other.load_versioned().registrations] == ["chat"]
 
 
 def _register_many(path: str, prefix: str) -> None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,6 +20,7 @@ import orjson
 from pydantic import ValidationError
 
 from sits.control.adapters.schemas import AdapterRegistration
+from sits.runtime.atomic_file import replace_file
 
 log = logging.getLogger("sits.adapters")
 
@@ -40,11 +39,8 @@ class AdapterStore:
         self._path = Path(path)
         self._lock_path = self._path.with_name(self._path.name + ".lock")
 
-    def load(self) -> list[AdapterRegistration]:
-        """The saved registrations; an unreadable file or entry is logged and skipped, never fatal."""
-        return self.load_versioned().registrations
-
     def load_versioned(self) -> SavedAdapters:
+        """The saved registrations; an unreadable file or entry is logged and skipped, never fatal."""
         raw = self._read()
         if raw is _UNREADABLE:
             return SavedAdapters(0, [], readable=False)
@@ -89,14 +85,7 @@ class AdapterStore:
     def _write(self, version: int, registrations: list[AdapterRegistration]) -> None:
         data = orjson.dumps({"version": version, "adapters": [r.model_dump(exclude_none=True) for r in registrations]},
                             option=orjson.OPT_INDENT_2)
-        fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".adapters.", suffix=".json")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, self._path)  # atomic: a crash leaves the old file or the new one
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_file(self._path, data)  # readers see the old file or the new one; writers hold the lock
 
 
 def _version_of(raw: object) -> int:
