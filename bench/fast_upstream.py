@@ -105,11 +105,11 @@ _BAD_REQUEST = orjson.dumps({"error": {"message": "bad request", "type": "invali
 # (path, keep_alive) -> prebuilt bytes
 _COMPLETION = {k: _response(b"200 OK", b"application/json", _completion_body(), k) for k in (True, False)}
 _STREAM = {k: _stream_response(k) for k in (True, False)}
-# --event-gap-ms: the same stream cut into the head and one HTTP chunk per event ([DONE] with the terminator)
-_STREAM_PIECES = {k: [_STREAM[k][:_STREAM[k].index(b"\r\n\r\n") + 4]]
-                  + [_http_chunk(b"data: " + e + b"\n\n") for e in stream_events()[:-1]]
-                  + [_http_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
-                  for k in (True, False)}
+# --event-gap-ms: the same stream as one write per event (the head with the first, the terminator with [DONE])
+_STREAM_PIECES = {k: [_http_chunk(b"data: " + e + b"\n\n") for e in stream_events()] for k in (True, False)}
+for _k, _pieces in _STREAM_PIECES.items():
+    _pieces[0] = _STREAM[_k][:_STREAM[_k].index(b"\r\n\r\n") + 4] + _pieces[0]
+    _pieces[-1] += b"0\r\n\r\n"
 EVENT_GAP_S = 0.0
 _MODELS_RESP = {k: _response(b"200 OK", b"application/json", _MODELS, k) for k in (True, False)}
 _HEALTH_RESP = {k: _response(b"200 OK", b"application/json", b'{"status":"ok"}', k) for k in (True, False)}
@@ -213,10 +213,9 @@ class UpstreamProtocol(asyncio.Protocol):
             transport = self.transport
             if transport is None:
                 return
-            transport.write(pieces[i] + (pieces[i + 1] if i == 0 else b""))
-            step = 2 if i == 0 else 1
-            if i + step < len(pieces):
-                loop.call_later(EVENT_GAP_S, write, i + step)
+            transport.write(pieces[i])
+            if i + 1 < len(pieces):
+                loop.call_later(EVENT_GAP_S, write, i + 1)
             elif not keep:
                 transport.close()
 
