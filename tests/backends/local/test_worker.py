@@ -190,3 +190,33 @@ async def test_concurrent_requests_are_served_one_after_another(client: openai.A
     answers = await asyncio.gather(ask("Name a color."), ask("Name a fruit."), ask("Name a color."))
     assert all(answers)
     assert answers[0] == answers[2]  # no cross-talk between queued generations
+
+
+GREEDY_QUESTIONS = ("Name a color.", "Name a fruit.", "Name a color.", "Name a color.", "Name a fruit.",
+                    "Say hello in three words.", "Name a fruit.", "Name a color.")
+
+
+async def _greedy(client: openai.AsyncOpenAI, question: str) -> str | None:
+    reply = await client.chat.completions.create(
+        model=SMOLLM2.name, messages=[{"role": "user", "content": question}], max_tokens=8, temperature=0
+    )
+    return reply.choices[0].message.content
+
+
+async def test_a_greedy_answer_does_not_depend_on_what_was_generated_before(client: openai.AsyncOpenAI) -> None:
+    """The same greedy request, repeated and interleaved with others, always gets the same answer.
+
+    Reusing the previous generation's KV cache made a repeat evaluate only the prompt's last token, a
+    one-token batch whose logits differ from the whole prompt's ("Name a color." after itself)."""
+    answers = [await _greedy(client, q) for q in GREEDY_QUESTIONS]
+    by_question: dict[str, set[str | None]] = {}
+    for question, answer in zip(GREEDY_QUESTIONS, answers, strict=True):
+        by_question.setdefault(question, set()).add(answer)
+    assert all(a for a in answers)
+    assert {q: len(a) for q, a in by_question.items()} == {q: 1 for q in by_question}, by_question
+
+
+async def test_concurrent_greedy_answers_match_the_sequential_ones(client: openai.AsyncOpenAI) -> None:
+    sequential = {q: await _greedy(client, q) for q in dict.fromkeys(GREEDY_QUESTIONS)}
+    concurrent = await asyncio.gather(*(_greedy(client, q) for q in GREEDY_QUESTIONS))
+    assert list(concurrent) == [sequential[q] for q in GREEDY_QUESTIONS]

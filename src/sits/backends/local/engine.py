@@ -154,6 +154,7 @@ class LlamaEngine:
         llama = self._llama
         if llama is None:
             raise SitsError("model is not loaded", code="model_not_loaded", http_status=503)
+        _forget_previous_generation(llama)
         params = job.params
         sampling: dict[str, Any] = {
             "max_tokens": params.max_tokens,
@@ -218,6 +219,23 @@ class LlamaEngine:
                 f"is {self._n_ctx} tokens",
                 param=param,
             )
+
+
+def _forget_previous_generation(llama: Llama) -> None:
+    """Start every generation from an empty KV cache, so that an answer depends on its request only.
+
+    llama-cpp-python reuses the longest cached prefix of the previous generation and evaluates only
+    the rest of the prompt; when the whole prompt is cached it re-evaluates just the last token. On
+    the CPU backend a one-token batch goes through a different matmul path than a longer one, so the
+    logits of the first sampled token move (about 0.3 on SmolLM2's top two here, enough to flip a
+    greedy pick): "Name a color." answered differently when it followed itself. llama.cpp's server
+    documents the same for `cache_prompt`. The cost is re-evaluating the prompt each time."""
+    import llama_cpp
+
+    memory = llama_cpp.llama_get_memory(llama.ctx)
+    if memory is not None:
+        llama_cpp.llama_memory_clear(memory, True)
+    llama.reset()
 
 
 def _template_message(message: ChatMessage) -> dict[str, str]:
