@@ -63,6 +63,10 @@ class FakeUpstream:
             self._runner = None
         self._released = asyncio.Event()
 
+    def release(self) -> None:
+        """Let every request held by mode "hang" or "slow_first_byte" go on."""
+        self._released.set()
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"

@@ -59,6 +59,35 @@ async def test_register_contract_then_serve(upstream, start_gateway):
     assert len(upstream.log.requests) == 1
 
 
+async def test_a_registration_with_labels_and_no_features_loses_no_feature(upstream, start_gateway):
+    """The documented example's capability labels once made every tools or JSON request fail with
+    model_not_capable: labels are not features, and declaring no features declares no limit."""
+    gateway = await start_gateway(control_config(upstream.url), secrets=ADMIN)
+    status, body, _ = await call(gateway, "POST", "/v1/models/register", registration(upstream))
+    assert status == 201, body
+    await wait_state(gateway, "phi-4-finance", "ready")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    hi = [{"role": "user", "content": "hi"}]
+    client = sdk(gateway)
+    await client.chat.completions.create(model="phi-4-finance", messages=hi, tools=tools)
+    await client.chat.completions.create(model="phi-4-finance", messages=hi, response_format={"type": "json_object"})
+    assert len(upstream.log.requests) == 2
+
+
+async def test_declared_features_limit_what_a_registered_model_takes(upstream, start_gateway):
+    gateway = await start_gateway(control_config(upstream.url), secrets=ADMIN)
+    status, body, _ = await call(gateway, "POST", "/v1/models/register", registration(upstream, features=["tools"]))
+    assert status == 201 and body["features"] == ["tools"], body
+    await wait_state(gateway, "phi-4-finance", "ready")
+    with pytest.raises(openai.BadRequestError) as info:
+        await sdk(gateway).chat.completions.create(model="phi-4-finance", messages=[{"role": "user", "content": "hi"}],
+                                                   response_format={"type": "json_object"})
+    assert info.value.code == "model_not_capable" and "does not support json (its features: tools)" in info.value.message
+    got, body, _ = await call(gateway, "POST", "/v1/models/register",
+                              registration(upstream, name="other", features=["telepathy"]))
+    assert got == 422 and body["error"]["param"].startswith("features"), body
+
+
 @pytest.mark.parametrize(("headers", "status"), [({}, 401), ({"Authorization": "Bearer wrong"}, 401),
                                                  ({"Authorization": "Basic admin-secret"}, 401)])
 async def test_admin_key_required(upstream, start_gateway, headers, status):

@@ -1,5 +1,5 @@
 """What a request needs reaches the scheduler's filters: tools, vision and JSON output against the
-capabilities a model declares, and the client's max_tokens against the context window."""
+features a model declares (never its free-form capability labels), and the client's max_tokens against the context window."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {"ty
 
 
 def config(small: str, big: str | None = None, **small_model: Any) -> dict[str, Any]:
-    models: list[dict[str, Any]] = [{"name": "small", "capabilities": ["chat"], "endpoints": [{"url": small}],
+    models: list[dict[str, Any]] = [{"name": "small", "capabilities": ["chat"], "features": [], "endpoints": [{"url": small}],
                                      "fallbacks": ["big"] if big else [], **small_model}]
     if big:
-        models.append({"name": "big", "capabilities": ["chat", "tools", "vision", "json"],
+        models.append({"name": "big", "capabilities": ["chat"], "features": ["tools", "vision", "json"],
                        "endpoints": [{"url": big}]})
     return {"server": {"drain_timeout_s": 2}, "models": models, "control": {"allow_loopback": True}}
 
@@ -71,17 +71,30 @@ async def test_no_capable_model_is_a_400_naming_what_is_missing(upstream, start_
     with pytest.raises(openai.BadRequestError) as info:
         await sdk(gateway).chat.completions.create(model="small", messages=image, tools=TOOLS)
     assert info.value.code == "model_not_capable"
-    assert "'small' does not support tools, vision" in info.value.message
+    assert "'small' does not support tools, vision (its features: none)" in info.value.message
     assert upstream.log.requests == []
 
 
-async def test_a_model_that_declares_no_capabilities_takes_everything(upstream, start_gateway):
+async def test_a_model_that_declares_no_features_takes_everything(upstream, start_gateway):
     cfg = config(upstream.url)
-    del cfg["models"][0]["capabilities"]
+    del cfg["models"][0]["features"]
     gateway = await start_gateway(cfg)
     raw = await sdk(gateway).chat.completions.with_raw_response.create(
         model="small", messages=MESSAGES, tools=TOOLS, response_format={"type": "json_object"})
     assert raw.headers["x-sits-model"] == "small"
+
+
+async def test_capability_labels_are_not_features(upstream, start_gateway):
+    """The documented registration example labels a model; its tools and JSON requests must still reach it."""
+    cfg = config(upstream.url)
+    del cfg["models"][0]["features"]
+    cfg["models"][0]["capabilities"] = ["numerical-reasoning", "regulatory-reporting"]
+    gateway = await start_gateway(cfg)
+    client = sdk(gateway)
+    for extra in ({"tools": TOOLS}, {"response_format": {"type": "json_object"}}):
+        raw = await client.chat.completions.with_raw_response.create(model="small", messages=MESSAGES, **extra)
+        assert raw.headers["x-sits-model"] == "small"
+    assert len(upstream.log.requests) == 2
 
 
 async def test_max_tokens_counts_against_the_context_window(upstream, upstream_b, start_gateway):
@@ -107,8 +120,8 @@ async def test_max_tokens_over_every_window_is_a_context_error_before_any_upstre
 
 async def test_model_auto_picks_a_model_that_can_serve_the_request(upstream, upstream_b, start_gateway):
     gateway = await start_gateway({"server": {"drain_timeout_s": 2}, "control": {"allow_loopback": True}, "models": [
-        {"name": "tiny", "tier": "tiny", "capabilities": ["chat"], "endpoints": [{"url": upstream.url}]},
-        {"name": "heavy", "tier": "heavy", "capabilities": ["chat", "tools"], "endpoints": [{"url": upstream_b.url}]},
+        {"name": "tiny", "tier": "tiny", "features": [], "endpoints": [{"url": upstream.url}]},
+        {"name": "heavy", "tier": "heavy", "features": ["tools"], "endpoints": [{"url": upstream_b.url}]},
     ]})
     client = sdk(gateway)
     hello = [{"role": "user", "content": "hi"}]

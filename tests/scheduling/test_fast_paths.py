@@ -78,7 +78,9 @@ def test_an_all_zero_scorer_changes_nothing_but_is_explained():
     decision = scheduler.schedule(REQ, endpoints, random.Random(0))  # no prefix, no adapter: both all 0
     by_name = {s.name: list(s.scores) for s in decision.scores}
     assert by_name["prefix-affinity-scorer"] == [0.0] * 4
-    expected = [q + 0.5 * k for q, k in zip(by_name["queue-depth-scorer"], by_name["kv-cache-scorer"])]
+    assert by_name["cost-scorer"] == [1.0] * 4  # one model, one price
+    assert by_name["error-rate-scorer"] == [1.0] * 4  # no failures
+    expected = [q + 0.5 * k + 0.5 + 1.0 for q, k in zip(by_name["queue-depth-scorer"], by_name["kv-cache-scorer"])]
     assert list(decision.totals) == pytest.approx(expected)
 
 
@@ -91,7 +93,7 @@ def test_one_endpoint_still_meets_the_hard_filters():
     assert too_long.candidates == () and too_long.reason == "no endpoint passed context-window-filter"
     assert too_long.rejected_by == "context-window-filter"
     needs_tools = scheduler.schedule(SchedulingRequest("m", "/chat/completions", False, needs=frozenset({"tools"})),
-                                     [EndpointView("only", "m", 1.0, True, 0, 0.1, capabilities=frozenset())],
+                                     [EndpointView("only", "m", 1.0, True, 0, 0.1, features=frozenset())],
                                      random.Random(0))
     assert needs_tools.candidates == () and needs_tools.reason == "no endpoint passed capability-filter"
 

@@ -35,7 +35,7 @@ def views(n: int, seed: int) -> list[EndpointView]:
             rng.randrange(50), rng.random(), latency_p95_s=rng.random(), latency_peak_ewma_s=rng.random(),
             ttft_s=rng.random(), error_rate=rng.random(), qps=rng.random() * 1000, queue_depth=rng.randrange(20),
             kv_cache_usage=rng.choice([None, rng.random()]), memory_usage=rng.choice([None, rng.random()]),
-            dynamic_weight=rng.random() * 2, capabilities=rng.choice(CAPS),
+            dynamic_weight=rng.random() * 2, features=rng.choice(CAPS),
             context_window=rng.choice([None, 4096, 32768]), tier=rng.choice([None, "tiny", "heavy"]),
             cost_per_1k_tokens=rng.random(), sla_ms=rng.choice([None, 350.0]),
         )

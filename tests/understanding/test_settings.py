@@ -4,13 +4,13 @@ import pytest
 from pydantic import ValidationError
 
 from sits.understanding.rules_stage import IntentGuess
+from sits.understanding.tier_selection import TierParams
 from sits.understanding.settings import IntentRouteConfig, TierSelectionConfig, UnderstandingConfig
 
 
-def test_defaults_match_the_issue():
-    cfg = UnderstandingConfig()
-    p = cfg.tier.to_params()
-    assert (p.load_weight, p.complexity_weight, p.tiny_below, p.heavy_from) == (0.4, 0.6, 0.3, 0.7)
+def test_the_config_defaults_are_the_tier_rule_defaults():
+    assert UnderstandingConfig().tier.to_params() == TierParams()
+    assert (TierParams().load_weight, TierParams().complexity_weight) == (0.4, 0.6)
 
 
 @pytest.mark.parametrize("data", [

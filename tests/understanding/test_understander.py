@@ -36,7 +36,7 @@ async def test_embedding_classifier_decides_when_no_rule_hits():
     u = _understander(routes=IntentRoutes((IntentRoute("weather", model="sky"),)))
     await u.start()
     try:
-        result = await u.understand("will it be sunny tomorrow", load=0.0)
+        result = await u.understand("will it be sunny tomorrow")
     finally:
         await u.aclose()
     assert (result.intent, result.intent_source) == ("weather", "embedding")

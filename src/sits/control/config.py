@@ -20,6 +20,7 @@ from sits.state.semantic_cache import SemanticCacheConfig
 from sits.telemetry.config import TelemetryConfig
 
 Tier = Literal["tiny", "base", "heavy"]
+Feature = Literal["tools", "vision", "json"]  # what a request may need of a model (scheduling.types.FEATURES)
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 
@@ -71,7 +72,10 @@ class ModelConfig(_Strict):
     local: LocalModelConfig | None = None
     fallbacks: list[str] = []  # models tried in order when every endpoint of this one fails
     cache: bool = False  # answer from the semantic cache before calling an upstream
-    capabilities: list[str] = []
+    capabilities: list[str] = []  # free-form routing labels (e.g. "regulatory-reporting")
+    # What the model can take: a request that needs one it does not list (tools, an image, a JSON
+    # response_format) is not sent to it. Unset: not declared, assumed able to take every feature.
+    features: list[Feature] | None = None
     context_window: Annotated[int, Field(ge=1)] | None = None
     latency_p95_ms: PositiveFloat | None = None
     cost_per_1k_input: Annotated[float, Field(ge=0)] | None = None

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sits.control.config import Tier
+from sits.control.config import Feature, Tier
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -30,7 +30,8 @@ class EndpointRegistration(_Strict):
 
 class _ModelFields(_Strict):
     description: Annotated[str, Field(max_length=1000)] | None = None
-    capabilities: list[Label] | None = None
+    capabilities: list[Label] | None = None  # free-form routing labels
+    features: list[Feature] | None = None  # declared feature support; unset: assumed able
     latency_p95_ms: PositiveFloat | None = None
     health_check_path: HealthPath | None = None
     tier: Tier | None = None

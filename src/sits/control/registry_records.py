@@ -35,6 +35,7 @@ class ModelRecord:
     tier: str | None = None
     description: str = ""
     capabilities: tuple[str, ...] = ()
+    features: tuple[str, ...] | None = None  # None: not declared
     latency_p95_ms: float | None = None
     health_check_path: str | None = None
     cost_per_1k_input: float | None = None
@@ -92,6 +93,7 @@ def records_from_config(config: GatewayConfig, local_urls: dict[str, str]) -> li
             name=m.name, endpoints=endpoints, source="local" if m.local is not None else "config", tier=m.tier,
             description=m.description, aliases=tuple(m.aliases), fallbacks=tuple(m.fallbacks),
             context_window=m.context_window, capabilities=tuple(m.capabilities),
+            features=tuple(m.features) if m.features is not None else None,
             cost_per_1k_input=m.cost_per_1k_input, cost_per_1k_output=m.cost_per_1k_output,
             latency_p95_ms=m.latency_p95_ms, max_concurrency=m.max_concurrency, cache=m.cache,
             next_endpoint_index=len(endpoints),

@@ -30,6 +30,7 @@ def build_routing_table(
             owned_by="sits-local" if record.source == "local" else "sits",
             description=record.description,
             capabilities=frozenset(record.capabilities),
+            features=frozenset(record.features) if record.features is not None else None,
             context_window=record.context_window,
             latency_p95_ms=record.latency_p95_ms,
             cost_per_1k_input=record.cost_per_1k_input,

@@ -6,10 +6,13 @@ scheduling stays a pure call over a snapshot taken once per request.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import random
 from collections.abc import Callable, Iterator
 from operator import attrgetter
+from typing import NamedTuple
 
 import orjson
 
@@ -50,6 +53,14 @@ from sits.understanding.tier_rule import choose_tier, nearest_tiers
 from sits.understanding.understander import RequestUnderstander
 
 AUTO_MODEL = "auto"
+DEFAULT_ENDPOINT_CAPACITY = 4  # requests an endpoint takes at once, for a tier's load, when nothing says
+
+
+class TierTarget(NamedTuple):
+    """`auto` chose a tier; its models are scheduled like endpoints."""
+
+    tier: str
+
 _HEALTHY = attrgetter("healthy")
 log = logging.getLogger("sits.scheduling")
 
@@ -97,13 +108,21 @@ class Director:
         if self._workflows is not None and (workflow := self._workflows.workflow_of(request.model)) is not None:
             return await self._workflows.run(workflow, request, body)
         model = table.resolve(request.model)
+        tier_plans: Iterator[Plan] | None = None
+        tier_route = ""
         if model is not None:  # the common case: the client named a model or alias
             why = intent = ""
         else:
-            model, why, intent = await self._resolve_model(table, request)
-        if isinstance(model, str):  # an intent route to a workflow
-            assert self._workflows is not None
-            return await self._workflows.run(model, request, body, intent)
+            target, why, intent = await self._resolve_model(table, request)
+            if isinstance(target, str):  # an intent route to a workflow
+                assert self._workflows is not None
+                return await self._workflows.run(target, request, body, intent)
+            if isinstance(target, TierTarget):
+                tier_route, tier_plans = self._tier_plans(table, target.tier, request, self._clock())
+                first = next(tier_plans)
+                model, tier_plans = first.model, itertools.chain((first,), tier_plans)
+            else:
+                model = target
         key = self._answers.key(request, body) if self._answers.enabled else None
         if key is not None:
             hit = await self._answers.before_upstream(key, opted_in=model.cache)
@@ -120,12 +139,18 @@ class Director:
         try:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
             span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
-            primary, route = self._plan(model, request, now, "primary")
+            if tier_plans is None:
+                primary, route = self._plan(model, request, now, "primary")
+                plans = self._plans(table, primary, request, now)
+            else:
+                primary = next(tier_plans)
+                route, plans = tier_route, itertools.chain((primary,), tier_plans,
+                                                                 self._plans(table, primary, request, now, False))
             end_span(span, attributes={"sits.route": route})
             if metrics is not None:
                 metrics.decision(model.name, _decision_reason(route, why))
             try:
-                exchange = await self._chain.run(request, body, self._plans(table, primary, request, now))
+                exchange = await self._chain.run(request, body, plans)
             except AttemptsFailed as failed:
                 span = trace.stage("fallback", {"sits.model": model.name}) if trace is not None else None
                 hit = await self._answers.last_resort(key, request, model.name)
@@ -224,10 +249,12 @@ class Director:
             self._metrics.fallback(model.name, "resumed-stream")
         return exchange
 
-    def _plans(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float) -> Iterator[Plan]:
+    def _plans(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float,
+               with_primary: bool = True) -> Iterator[Plan]:
         """Best first: the chosen model, its configured fallbacks, then (used only after a
         context-window error) models with a larger window, smallest sufficient first."""
-        yield primary
+        if with_primary:
+            yield primary
         model = primary.model
         for name in model.fallbacks:
             fallback = table.models.get(name)
@@ -238,6 +265,55 @@ class Director:
                          and m.name != model.name), key=lambda m: m.context_window or 0)
         for bigger in larger:
             yield self._plan(bigger, request, now, "larger-context")[0]
+
+    def _tier_plans(self, table: RoutingTable, tier: str, request: RoutingRequest,
+                    now: float) -> tuple[str, Iterator[Plan]]:
+        """`auto`'s models, best first: one scheduling decision over every endpoint of every model of
+        the tier (the same filters and scorers as any request: health, circuit, features, context
+        window, SLA, load, cost), each model once in the order of its best endpoint; a tier with no
+        usable model falls through to the nearest tiers, which also follow the tier's models (lazily)
+        when those all fail. The x-sits-route value of the first decision comes with them."""
+        tiers = nearest_tiers(tier)
+        for i, candidate_tier in enumerate(tiers):
+            plans, route = self._tier_decision(table, candidate_tier, request, now, "primary")
+            if plans:
+                return route, itertools.chain(plans, self._later_tiers(table, tiers[i + 1:], request, now))
+        # Nothing can take it: the needed tier's first model answers why (e.g. a feature no model has).
+        fallback = table.models_in_tier(tier) or list(table.models.values())
+        plan, route = self._plan(fallback[0], request, now, "primary")
+        return route, iter((plan,))
+
+    def _later_tiers(self, table: RoutingTable, tiers: list[str], request: RoutingRequest,
+                     now: float) -> Iterator[Plan]:
+        for tier in tiers:
+            yield from self._tier_decision(table, tier, request, now, "tier")[0]
+
+    def _tier_decision(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
+                       first_kind: PlanKind) -> tuple[list[Plan], str]:
+        models = table.models_in_tier(tier)
+        views = [v for m in models for v in self._views(m, now)]
+        if not views:
+            return [], ""
+        # model "": the pool spans models (the model-match filter keeps every endpoint); no prefix
+        # affinity: another model's cache holds nothing of this prompt
+        wanted = SchedulingRequest("", request.api, request.stream, len(request.prompt_text) // 4,
+                                   request.max_tokens, request.needs, request.sla_ms)
+        decision = self._scheduler.schedule(wanted, views, self._rng)
+        if not decision.candidates:
+            return [], decision.route_header()
+        ranked = list(decision.candidates)
+        if decision.totals:  # every survivor of the filters, not only the picked few: each model gets a turn
+            order = sorted(range(len(decision.scored)), key=decision.totals.__getitem__, reverse=True)
+            ranked += [decision.scored[j] for j in order]
+        by_id = {e.id: e for m in models for e in m.endpoints}
+        by_model: dict[str, list[Endpoint]] = {}
+        for view in ranked:
+            chosen = by_model.setdefault(view.model, [])
+            if by_id[view.id] not in chosen:
+                chosen.append(by_id[view.id])
+        plans = [Plan(table.models[name], tuple(endpoints), first_kind if k == 0 else "tier")
+                 for k, (name, endpoints) in enumerate(by_model.items())]
+        return plans, f"{decision.route_header()}; tier={tier}"
 
     def _plan(self, model: ModelEntry, request: RoutingRequest, now: float, kind: PlanKind) -> tuple[Plan, str]:
         views = self._views(model, now)
@@ -294,7 +370,8 @@ class Director:
         exchange.span = span
         return exchange
 
-    async def _resolve_model(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry | str, str, str]:
+    async def _resolve_model(self, table: RoutingTable,
+                             request: RoutingRequest) -> tuple[ModelEntry | TierTarget | str, str, str]:
         """The model to serve the request (or the workflow an intent route names), the route
         explanation, and the `x-sits-intent` value."""
         entry = table.resolve(request.model)
@@ -314,12 +391,15 @@ class Director:
             f"The model '{request.model}' does not exist. Available models: {available}", param="model"
         )
 
-    async def _understand(self, table: RoutingTable, request: RoutingRequest) -> tuple[ModelEntry | str, str, str]:
-        """Model "auto": intent routes, the quality router, or the tier rule choose the model."""
+    async def _understand(self, table: RoutingTable,
+                          request: RoutingRequest) -> tuple[ModelEntry | TierTarget | str, str, str]:
+        """Model "auto": intent routes, the quality router, or the tier rule choose the model (a tier's
+        models are then scheduled like endpoints, `_tier_plans`)."""
         if self._understander is None:
             choice = choose_tier(request.prompt_text)
-            return self._in_tier(table, choice.tier, request.needs), f"; auto=tier {choice.tier}: {choice.reason}", ""
-        u = await self._understander.understand(request.prompt_text, self._load(table), tuple(table.models))
+            return TierTarget(choice.tier), f"; auto=tier {choice.tier}: {choice.reason}", ""
+        u = await self._understander.understand(request.prompt_text, functools.partial(self._tier_load, table),
+                                                tuple(table.models))
         header = u.intent_header()
         if u.route is not None and self._workflows is not None and \
                 (workflow := self._workflows.route_target(u.route, request)) is not None:
@@ -328,30 +408,25 @@ class Director:
             return table.models[u.route.model], f"; auto=intent route {u.intent} -> {u.route.model}", header
         if u.router is not None and u.router.model in table.models:
             return table.models[u.router.model], f"; auto=quality router: {u.router.reason}", header
-        return self._in_tier(table, u.tier, request.needs), f"; auto=tier {u.tier}: {u.reason}", header
+        return TierTarget(u.tier), f"; auto=tier {u.tier}: {u.reason}", header
 
-    @staticmethod
-    def _in_tier(table: RoutingTable, tier: str, needs: frozenset[str] = frozenset()) -> ModelEntry:
-        """The first model of the tier (else the nearest tier) that can serve what the request needs;
-        with none able, the first of the tier anyway (its capability filter then answers 400)."""
-        first: ModelEntry | None = None
-        for candidate_tier in nearest_tiers(tier):
-            for candidate in table.models_in_tier(candidate_tier):
-                if not needs or not candidate.capabilities or needs <= candidate.capabilities:
-                    return candidate
-                first = first or candidate
-        return first or next(iter(table.models.values()))
-
-    def _load(self, table: RoutingTable) -> float:
-        """Gateway-wide load in [0, 1] for tier selection: in-flight requests per endpoint, against 4 each."""
-        endpoints = [e.id for m in table.models.values() for e in m.endpoints]
-        busy = sum(self._stats.get(i).in_flight for i in endpoints)
-        return min(1.0, busy / (4.0 * max(1, len(endpoints))))
+    def _tier_load(self, table: RoutingTable, tier: str) -> float:
+        """A tier's own in-flight fraction in [0, 1]: requests in flight on its models' endpoints against
+        their capacity (the admission limits where admission is on, else `max_concurrency`, else 4 an
+        endpoint). A tier with no model counts as full."""
+        busy = capacity = 0
+        limits = self._admission.limits if self._admission is not None else None
+        for model in table.models_in_tier(tier):
+            ids = [e.id for e in model.endpoints]
+            busy += sum(self._stats.get(i).in_flight for i in ids)
+            room = limits.total(ids) if limits is not None else DEFAULT_ENDPOINT_CAPACITY * len(ids)
+            capacity += min(room, model.max_concurrency) if model.max_concurrency else room
+        return min(1.0, busy / capacity) if capacity else 1.0
 
     def _views(self, model: ModelEntry, now: float) -> list[EndpointView]:
-        """Each endpoint's live signals, plus its model's declared metadata (capabilities, tier, SLA, price)."""
+        """Each endpoint's live signals, plus its model's declared metadata (features, tier, SLA, price)."""
         views = []
-        context_window, capabilities, tier = model.context_window, model.capabilities or None, model.tier
+        context_window, features, tier = model.context_window, model.features, model.tier
         sla_ms, price = model.latency_p95_ms, (model.cost_per_1k_input or 0.0) + (model.cost_per_1k_output or 0.0)
         available = self._health.available
         allows = self._breakers.allows
@@ -366,7 +441,7 @@ class Director:
                 e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s,
                 s.latency_p95_s, s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
                 (engine.waiting or 0) if engine else 0, engine.kv_cache_usage if engine else None, None,
-                s.dynamic_weight, capabilities, context_window, tier, price, sla_ms,
+                s.dynamic_weight, features, context_window, tier, price, sla_ms,
             ))
         return views
 
@@ -394,9 +469,10 @@ def _rejection(model: ModelEntry, wanted: SchedulingRequest, decision: Decision)
     one because the model lacks a capability the request needs is the client's too (the chain
     then tries the model's fallbacks)."""
     if decision.rejected_by == "capability-filter":
-        missing = ", ".join(sorted(wanted.needs - model.capabilities))
-        return ModelNotCapable(f"The model '{model.name}' does not support {missing} (its capabilities: "
-                               f"{', '.join(sorted(model.capabilities))}), and no fallback model that does "
+        declared = model.features or frozenset()
+        missing = ", ".join(sorted(wanted.needs - declared))
+        return ModelNotCapable(f"The model '{model.name}' does not support {missing} (its features: "
+                               f"{', '.join(sorted(declared)) or 'none'}), and no fallback model that does "
                                "could serve the request.", param="model")
     if decision.rejected_by != "context-window-filter":
         return None

@@ -24,7 +24,7 @@ from sits.state.retry_budget import RetryBudget
 from sits.state.routing_table import Endpoint, ModelEntry
 from sits.telemetry.metrics import GatewayMetrics
 
-PlanKind = Literal["primary", "fallback", "larger-context"]
+PlanKind = Literal["primary", "tier", "fallback", "larger-context"]  # tier: another model `auto` may use
 Send = Callable[[Endpoint, str, RoutingRequest, bytes], Awaitable[Exchange]]
 
 _CONTEXT_MARKERS = (b"context_length_exceeded", b"maximum context length", b"context window", b"too many tokens",

@@ -74,6 +74,10 @@ def _default_profile() -> ProfileSpec:
             ScorerSpec(type="prefix-affinity-scorer", weight=1.0),
             # 0 for all unless a LoRA adapter is asked for; then it outweighs the others together (2.5)
             ScorerSpec(type="adapter-affinity-scorer", weight=4.0),
+            # equal across one model's endpoints; between the models of an `auto` tier, cheaper first
+            ScorerSpec(type="cost-scorer", weight=0.5),
+            # off a failing endpoint at once, before its breaker opens
+            ScorerSpec(type="error-rate-scorer", weight=1.0),
         ],
         picker=PluginSpec(type="max-score-picker"),
         # O(d) decisions on pools of thousands (docs/scheduling.md, "Decision latency")

@@ -18,6 +18,7 @@ from sits.scheduling.plugins.cost_scorer import CostScorer
 from sits.scheduling.plugins.dynamic_weight_scorer import DynamicWeightScorer
 from sits.scheduling.plugins.healthy_filter import HealthyFilter
 from sits.scheduling.plugins.kv_cache_scorer import KvCacheScorer
+from sits.scheduling.plugins.error_rate_scorer import ErrorRateScorer
 from sits.scheduling.plugins.least_inflight_scorer import LeastInflightScorer
 from sits.scheduling.plugins.max_score_picker import MaxScorePicker
 from sits.scheduling.plugins.memory_headroom_filter import MemoryHeadroomFilter
@@ -66,7 +67,7 @@ def builtin_plugins() -> PluginRegistry:
     return PluginRegistry(
         filters=_by_name(ModelMatchFilter, HealthyFilter, CapabilityFilter, ContextWindowFilter, SlaFilter,
                          MemoryHeadroomFilter, TierFilter, RandomSampleFilter),
-        scorers=_by_name(LeastInflightScorer, QueueDepthScorer, KvCacheScorer, PeakEwmaScorer, CostScorer,
+        scorers=_by_name(LeastInflightScorer, ErrorRateScorer, QueueDepthScorer, KvCacheScorer, PeakEwmaScorer, CostScorer,
                          PrefixAffinityScorer, DynamicWeightScorer, AdapterAffinityScorer),
         pickers=_by_name(MaxScorePicker, RoundRobinPicker, WeightedRoundRobinPicker, WeightedRandomPicker),
         handlers=_by_name(SingleProfileHandler, TierProfileHandler, SplitProfileHandler),

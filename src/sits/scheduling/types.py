@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-# Capability names a request may need and an endpoint may offer.
+# Features a request may need and a model may declare (`features:`), as opposed to a model's
+# free-form `capabilities` labels, which routing never reads as features.
 TOOLS = "tools"
 VISION = "vision"
 JSON_OUTPUT = "json"
+FEATURES = (TOOLS, VISION, JSON_OUTPUT)
 
 
 class SchedulingRequest(NamedTuple):
@@ -23,7 +25,7 @@ class SchedulingRequest(NamedTuple):
     stream: bool
     prompt_tokens_estimate: int = 0
     max_tokens: int = 0  # 0: the client did not say
-    needs: frozenset[str] = frozenset()  # capabilities, e.g. {"tools", "vision"}
+    needs: frozenset[str] = frozenset()  # features, e.g. {"tools", "vision"}
     sla_ms: float | None = None  # the request's own latency bound, if it carries one
     tier: str | None = None
     prefix_hash: int | None = None  # stable hash of the prompt's leading text, for prefix affinity
@@ -54,7 +56,7 @@ class EndpointView(NamedTuple):
     kv_cache_usage: float | None = None
     memory_usage: float | None = None
     dynamic_weight: float = 1.0
-    capabilities: frozenset[str] | None = None  # None: not declared, assumed capable
+    features: frozenset[str] | None = None  # None: not declared, assumed capable
     context_window: int | None = None
     tier: str | None = None
     cost_per_1k_tokens: float = 0.0

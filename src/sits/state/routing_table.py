@@ -49,7 +49,8 @@ class ModelEntry:
     tier: str | None = None
     owned_by: str = "sits"
     description: str = ""
-    capabilities: frozenset[str] = frozenset()
+    capabilities: frozenset[str] = frozenset()  # free-form labels; never read as features
+    features: frozenset[str] | None = None  # tools, vision, json; None: not declared, assumed able
     context_window: int | None = None
     latency_p95_ms: float | None = None
     cost_per_1k_input: float | None = None

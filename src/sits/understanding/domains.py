@@ -22,6 +22,7 @@ class Domain:
     description: str
     examples: tuple[str, ...]
     rules: tuple[re.Pattern[str], ...] = ()
+    quality_critical: bool = False  # `auto` never moves its requests to a lighter tier under load
 
 
 class _DomainModel(BaseModel):
@@ -30,6 +31,7 @@ class _DomainModel(BaseModel):
     description: str = ""
     examples: list[str] = []
     rules: list[str] = []
+    quality_critical: bool = False
 
 
 class _DomainsFile(BaseModel):
@@ -59,7 +61,7 @@ def parse_domains(data: object, source: str) -> tuple[Domain, ...]:
                 patterns.append(re.compile(rule, re.IGNORECASE))
             except re.error as exc:
                 raise ConfigError(f"{source}: domains.{i}.rules.{j}: bad regex: {exc}") from None
-        out.append(Domain(d.name, d.description, tuple(d.examples), tuple(patterns)))
+        out.append(Domain(d.name, d.description, tuple(d.examples), tuple(patterns), d.quality_critical))
     return tuple(out)
 
 

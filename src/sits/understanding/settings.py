@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from sits.understanding.intent_routes import IntentRoute, IntentRoutes
-from sits.understanding.tier_selection import TierParams
+from sits.understanding.tier_selection import DEFAULT_HEAVY_FROM, DEFAULT_TINY_BELOW, TierParams
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 EmbedderName = Literal["minilm", "e5", "charngram", "minilm+charngram", "e5+charngram", "minilm+e5", "minilm+e5+charngram",
@@ -23,12 +23,15 @@ class _Strict(BaseModel):
 
 
 class TierSelectionConfig(_Strict):
-    """score = load_weight * load + complexity_weight * complexity; < tiny_below: tiny, < heavy_from: base."""
+    """score = load_weight * (1 - excess) + complexity_weight * complexity; < tiny_below: tiny,
+    < heavy_from: base, else heavy. `excess`: the needed tier's in-flight fraction past `saturated_at`
+    (understanding/tier_selection.py)."""
 
     load_weight: Unit = 0.4
     complexity_weight: Unit = 0.6
-    tiny_below: Unit = 0.3
-    heavy_from: Unit = 0.7
+    tiny_below: Unit = DEFAULT_TINY_BELOW
+    heavy_from: Unit = DEFAULT_HEAVY_FROM
+    saturated_at: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.8
 
     @model_validator(mode="after")
     def _check(self) -> TierSelectionConfig:
@@ -39,7 +42,8 @@ class TierSelectionConfig(_Strict):
         return self
 
     def to_params(self) -> TierParams:
-        return TierParams(self.load_weight, self.complexity_weight, self.tiny_below, self.heavy_from)
+        return TierParams(self.load_weight, self.complexity_weight, self.tiny_below, self.heavy_from,
+                          self.saturated_at)
 
 
 class IntentRouteConfig(_Strict):

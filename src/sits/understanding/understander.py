@@ -1,6 +1,6 @@
 """Step 1 of the director: what a request needs, decided before choosing where it goes.
 
-`RequestUnderstander.understand(prompt, load)` returns a frozen `Understanding`: intent
+`RequestUnderstander.understand(prompt, load_of)` returns a frozen `Understanding`: intent
 and confidence, complexity, tier and the intent route, within a bounded time. The
 cascade: zero-cost rules first; otherwise the embedding classifier as a producer on
 a worker thread (micro-batched) under a timeout; on timeout or failure the rules
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sits.understanding.cascade import IntentCascade
@@ -65,6 +65,7 @@ class RequestUnderstander:
         if (quality_routing is None) != (router_batcher is None):
             raise ValueError("give both quality_routing and router_batcher, or neither")
         self._rules = rules
+        self._quality_critical = frozenset(d.name for d in rules.domains if d.quality_critical)
         self._tiers = tiers
         self._routes = routes
         self._classifier = classifier
@@ -127,20 +128,27 @@ class RequestUnderstander:
             return None
         return self._routing.choose(vector, candidates)
 
-    async def understand(self, prompt: str, load: float = 0.0, candidates: Sequence[str] = ()) -> Understanding:
+    async def understand(self, prompt: str, load_of: Callable[[str], float] | None = None,
+                         candidates: Sequence[str] = ()) -> Understanding:
         """Bounded by the classifier timeout plus microseconds of regex work; never raises for content.
 
-        `load` in [0, 1] feeds tier selection; `candidates` limits the quality router's choice.
+        `load_of(tier)`, a tier's in-flight fraction in [0, 1], feeds tier selection (None: idle);
+        `candidates` limits the quality router's choice.
         """
         if self._routing is not None:
             guess, routed = await asyncio.gather(self.classify(prompt), self.route_models(prompt, candidates))
         else:
             guess, routed = await self.classify(prompt), None
         complexity = estimate_complexity(prompt, self._weights)
-        choice = self._tiers.choose(load, complexity.score)
+        critical = guess.label in self._quality_critical
+        choice = self._tiers.choose(complexity.score, load_of or _idle, critical)
         route = self._routes.route_for(guess)
         reason = f"intent {guess.label} ({guess.source} {guess.confidence:.2f}); {complexity.describe()}; {choice.reason}"
         if routed is not None:
             reason += f"; {routed.reason}"
         return Understanding(guess.label, guess.confidence, guess.source, complexity.score, choice.tier, reason,
                              route, routed)
+
+
+def _idle(tier: str) -> float:
+    return 0.0

@@ -8,11 +8,11 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
 class CapabilityFilterParams(PluginParams):
-    undeclared_is_capable: bool = True  # an endpoint that declares no capabilities is assumed able
+    undeclared_is_capable: bool = True  # an endpoint whose model declares no features is assumed able
 
 
 class CapabilityFilter:
-    """Keeps endpoints offering every capability the request needs (tools, vision, JSON output...)."""
+    """Keeps endpoints whose model declares every feature the request needs (tools, vision, JSON output)."""
 
     name = "capability-filter"
     Params = CapabilityFilterParams
@@ -25,7 +25,7 @@ class CapabilityFilter:
         if not needs:
             return None  # a request that needs nothing: every endpoint is capable
         ok = self._undeclared_ok
-        return lambda e: ok if e.capabilities is None else needs <= e.capabilities
+        return lambda e: ok if e.features is None else needs <= e.features
 
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
@@ -34,4 +34,4 @@ class CapabilityFilter:
         if not needs:
             return endpoints
         ok = self._undeclared_ok
-        return [e for e in endpoints if (ok if e.capabilities is None else needs <= e.capabilities)]
+        return [e for e in endpoints if (ok if e.features is None else needs <= e.features)]

@@ -8,7 +8,8 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
 class ModelMatchFilter:
-    """Keeps endpoints that serve the requested model (the director resolves aliases first)."""
+    """Keeps endpoints that serve the requested model (the director resolves aliases first); a request
+    for no model (`auto` scheduling a tier's models together) keeps every endpoint."""
 
     name = "model-match-filter"
     Params = NoParams
@@ -16,12 +17,16 @@ class ModelMatchFilter:
     def __init__(self, params: NoParams | None = None) -> None:
         pass
 
-    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool]:
+    def keeps(self, request: SchedulingRequest) -> Callable[[EndpointView], bool] | None:
         model = request.model
+        if not model:
+            return None
         return lambda e: e.model == model
 
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:
         model = request.model
+        if not model:
+            return endpoints
         return [e for e in endpoints if e.model == model]
