@@ -177,8 +177,8 @@ class Gateway:
         self.scheduling_metrics = SchedulingMetrics(time.perf_counter_ns)
         self._scheduler = build_scheduler(policy, metrics=self.scheduling_metrics)
         self._engine_metrics = EngineMetricsScraper(
-            self._pool, self._stats,
-            lambda: [e for m in self.routing_table().models.values() for e in m.endpoints if not e.guarded],
+            self._pool, self._guarded_pool, self._stats,
+            lambda: [e for m in self.routing_table().models.values() for e in m.endpoints],
             self._clock, interval_s=policy.engine_metrics.interval_s, timeout_s=policy.engine_metrics.timeout_s,
         ) if policy.engine_metrics.enabled else None
         resilience = config.resilience

@@ -1,8 +1,11 @@
-"""Polls each endpoint's engine /metrics (vLLM, SGLang) and records the load in `StatsStore`.
+"""Polls each endpoint's engine /metrics (vLLM, SGLang, llama.cpp's server, SITS's embedded workers;
+llama.cpp's /slots too) and records the load in `StatsStore`.
 
-A background runnable: `start()` after the routing table exists, `stop()` at shutdown.
-An endpoint whose server exposes no engine metrics (404, or neither vLLM nor SGLang
-names) is left alone for a while instead of being polled every interval.
+A background runnable: `start()` after the routing table exists, `stop()` at shutdown. Every endpoint
+of the live table is polled, runtime registrations included (through the guarded pool, so the address
+policy applies to the scrape as to the traffic). An endpoint whose server exposes no engine metrics
+(404, unknown names, unreachable) is left alone for a backoff that doubles up to 10 minutes, so the
+cost of polling servers without metrics stays bounded.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from sits.runtime.tasks import cancel_and_wait
-from sits.backends.engine_metrics import parse_engine_metrics
+from sits.backends.engine_metrics import LLAMA_CPP, parse_engine_metrics, with_llama_cpp_slots
 from sits.backends.http_client import ConnectionPool, Origin, Timeouts
 from sits.errors import SitsError
 from sits.state.endpoint_stats import StatsStore
@@ -20,7 +23,8 @@ from sits.state.routing_table import Endpoint
 
 log = logging.getLogger("sits.engine_metrics")
 
-NOT_AN_ENGINE_BACKOFF_S = 60.0
+NOT_AN_ENGINE_BACKOFF_S = 30.0  # the first pause after a scrape found no engine metrics; doubles each time
+MAX_BACKOFF_S = 600.0
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 
 
@@ -28,6 +32,7 @@ class EngineMetricsScraper:
     def __init__(
         self,
         pool: ConnectionPool,
+        guarded_pool: ConnectionPool,
         stats: StatsStore,
         endpoints: Callable[[], Iterable[Endpoint]],
         clock: Callable[[], float],
@@ -35,12 +40,14 @@ class EngineMetricsScraper:
         timeout_s: float = 2.0,
     ) -> None:
         self._pool = pool
+        self._guarded_pool = guarded_pool  # for endpoints registered at runtime (address policy)
         self._stats = stats
         self._endpoints = endpoints
         self._clock = clock
         self._interval = interval_s
         self._timeouts = Timeouts(connect=timeout_s, first_byte=timeout_s, total=timeout_s)
         self._skip_until: dict[str, float] = {}
+        self._misses: dict[str, int] = {}  # consecutive scrapes without engine metrics
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -60,26 +67,40 @@ class EngineMetricsScraper:
 
     async def scrape(self, endpoint: Endpoint) -> bool:
         """Scrape one endpoint; True if it reported engine load."""
-        host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
-        request = (f"GET /metrics HTTP/1.1\r\nhost: {host}:{endpoint.port}\r\nuser-agent: sits\r\n"
-                   "accept: text/plain\r\n\r\n").encode("latin-1")
-        response = await self._pool.request(Origin(endpoint.scheme, endpoint.host, endpoint.port), request,
-                                            self._timeouts)
-        body = await response.read()
-        if response.status != 200 or len(body) > MAX_METRICS_BYTES:
-            self._skip_until[endpoint.id] = self._clock() + NOT_AN_ENGINE_BACKOFF_S
-            return False
-        load = parse_engine_metrics(body.decode("utf-8", "replace"), observed_at=self._clock())
+        status, body = await self._get(endpoint, "/metrics")
+        load = parse_engine_metrics(body.decode("utf-8", "replace"), observed_at=self._clock()) \
+            if status == 200 else None
         if load is None:
-            self._skip_until[endpoint.id] = self._clock() + NOT_AN_ENGINE_BACKOFF_S
+            self._back_off(endpoint.id)
             return False
+        if load.engine == LLAMA_CPP and load.kv_cache_usage is None:
+            status, body = await self._get(endpoint, "/slots")
+            if status == 200:
+                load = with_llama_cpp_slots(load, body)
+        self._misses.pop(endpoint.id, None)
         self._stats.record_engine(endpoint.id, load)
         return True
+
+    async def _get(self, endpoint: Endpoint, path: str) -> tuple[int, bytes]:
+        host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
+        request = (f"GET {path} HTTP/1.1\r\nhost: {host}:{endpoint.port}\r\nuser-agent: sits\r\n"
+                   "accept: text/plain, application/json\r\n\r\n").encode("latin-1")
+        pool = self._guarded_pool if endpoint.guarded else self._pool
+        response = await pool.request(Origin(endpoint.scheme, endpoint.host, endpoint.port), request,
+                                      self._timeouts)
+        body = await response.read()
+        return (response.status, body) if len(body) <= MAX_METRICS_BYTES else (413, b"")
+
+    def _back_off(self, endpoint_id: str) -> None:
+        misses = self._misses[endpoint_id] = self._misses.get(endpoint_id, 0) + 1
+        pause = min(MAX_BACKOFF_S, NOT_AN_ENGINE_BACKOFF_S * 2 ** (misses - 1))
+        self._skip_until[endpoint_id] = self._clock() + pause
 
     async def _scrape_logged(self, endpoint: Endpoint) -> None:
         try:
             await asyncio.wait_for(self.scrape(endpoint), self._timeouts.total)
         except (SitsError, OSError, asyncio.TimeoutError) as exc:
+            self._back_off(endpoint.id)
             log.debug("engine metrics of %s unavailable: %s", endpoint.id, exc)
 
     async def _run(self) -> None:

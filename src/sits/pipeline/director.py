@@ -440,7 +440,8 @@ class Director:
             views.append(EndpointView(
                 e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s,
                 s.latency_p95_s, s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
-                (engine.waiting or 0) if engine else 0, engine.kv_cache_usage if engine else None, None,
+                (engine.waiting or 0) if engine else 0, engine.kv_cache_usage if engine else None,
+                engine.memory_usage if engine else None,
                 s.dynamic_weight, features, context_window, tier, price, sla_ms,
             ))
         return views

@@ -46,9 +46,10 @@ class ProfileSpec(_Strict):
 
 
 class EngineMetricsSpec(_Strict):
-    """Scraping vLLM / SGLang /metrics for queue depth and KV-cache use."""
+    """Scraping engines' /metrics (vLLM, SGLang, llama.cpp, embedded workers) for queue depth, KV-cache
+    use and memory pressure; endpoints without metrics are polled ever less often (at most every 10 min)."""
 
-    enabled: bool = False
+    enabled: bool = True
     interval_s: Annotated[float, Field(ge=0.1)] = 1.0
     timeout_s: Annotated[float, Field(gt=0)] = 2.0
     stale_after_s: Annotated[float, Field(gt=0)] = 10.0  # older engine readings count as unknown

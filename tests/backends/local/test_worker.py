@@ -220,3 +220,27 @@ async def test_concurrent_greedy_answers_match_the_sequential_ones(client: opena
     sequential = {q: await _greedy(client, q) for q in dict.fromkeys(GREEDY_QUESTIONS)}
     concurrent = await asyncio.gather(*(_greedy(client, q) for q in GREEDY_QUESTIONS))
     assert list(concurrent) == [sequential[q] for q in GREEDY_QUESTIONS]
+
+
+async def test_metrics_report_load_and_memory_pressure(smollm2_url: str, client: openai.AsyncOpenAI) -> None:
+    from sits.backends.engine_metrics import parse_engine_metrics
+
+    base = smollm2_url.removesuffix("/v1")
+
+    async def scrape() -> Any:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/metrics") as response:
+                assert response.status == 200
+                return parse_engine_metrics(await response.text())
+
+    idle = await scrape()
+    assert idle is not None and (idle.engine, idle.running, idle.waiting) == ("sits-local", 0, 0)
+    assert idle.memory_usage is not None and 0.0 < idle.memory_usage < 1.0  # a loaded model holds some
+    stream = await client.chat.completions.create(model=SMOLLM2.name, messages=HELLO, max_tokens=64, stream=True)
+    queued = [asyncio.create_task(_greedy(client, "Name a color.")) for _ in range(2)]
+    await stream.__anext__()  # the first generation is running
+    await asyncio.sleep(0.05)
+    busy = await scrape()
+    await stream.close()
+    await asyncio.gather(*queued)
+    assert busy is not None and busy.running == 1 and busy.waiting == 2

@@ -67,6 +67,8 @@ class LlamaEngine:
         self._turn = asyncio.Lock()
         self._llama: Llama | None = None
         self._chat_formatter: Any = None
+        self.running = 0  # generations on the model now (0 or 1)
+        self.waiting = 0  # generations queued behind it
 
     @property
     def loaded(self) -> bool:
@@ -88,7 +90,13 @@ class LlamaEngine:
         Closing the iterator early (use contextlib.aclosing) stops the model
         between tokens and returns only once the model is idle again.
         """
-        async with self._turn:
+        self.waiting += 1
+        try:
+            await self._turn.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        try:
             loop = asyncio.get_running_loop()
             events: asyncio.Queue[object] = asyncio.Queue()
             stop = threading.Event()
@@ -119,6 +127,9 @@ class LlamaEngine:
                 stop.set()
                 # the next job may only start once llama is idle again
                 await asyncio.shield(running)
+        finally:
+            self.running -= 1
+            self._turn.release()
 
     # -- on the llama thread -------------------------------------------------
 

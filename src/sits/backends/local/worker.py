@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import get_args
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from sits.backends.local.engine import GenerationEnd, LlamaEngine, TextDelta
+from sits.backends.local.host_memory import available_bytes, memory_usage_ratio, resident_bytes
 from sits.backends.local.model_files import PromptFormat
 from sits.backends.local.openai_payloads import (
     SSE_DONE,
@@ -60,6 +62,7 @@ def build_app(engine: LlamaEngine, model_name: str) -> web.Application:
     app[MODEL_KEY] = model_name
     app.on_response_prepare.append(_add_engine_header)
     app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_post("/v1/completions", _completions)
@@ -97,6 +100,19 @@ async def _health(request: web.Request) -> web.Response:
     if request.app[ENGINE_KEY].loaded:
         return web.json_response({"status": "ok"})
     return web.json_response({"status": "loading"}, status=503)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    """The engine's load and memory pressure, in Prometheus text, for the gateway's engine scraper."""
+    engine = request.app[ENGINE_KEY]
+    registry = CollectorRegistry()
+    Gauge("sits_local_requests_running", "Generations on the model", registry=registry).set(engine.running)
+    Gauge("sits_local_requests_waiting", "Generations queued for the model", registry=registry).set(engine.waiting)
+    ratio = memory_usage_ratio(resident_bytes(), available_bytes())
+    if ratio is not None:
+        Gauge("sits_local_memory_usage_ratio", "Resident memory / (resident + host available)",
+              registry=registry).set(ratio)
+    return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
 
 
 async def _models(request: web.Request) -> web.Response:
