@@ -110,6 +110,11 @@ class ControlRoutes:
             ep["in_flight"] = stats.in_flight
             ep["requests"] = stats.requests
             ep["errors"] = stats.errors
+            engine = stats.engine  # what the engine's /metrics said at the last scrape, as routing sees it
+            ep["engine"] = None if engine is None else {
+                "engine": engine.engine, "running": engine.running, "waiting": engine.waiting,
+                "kv_cache_usage": engine.kv_cache_usage, "memory_usage": engine.memory_usage,
+                "age_s": round(max(0.0, now - engine.observed_at), 3)}
         return data
 
     def _json(self, status: int, payload: dict[str, Any], etag: int | None = None) -> HttpResponse:

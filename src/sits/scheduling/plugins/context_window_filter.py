@@ -9,8 +9,10 @@ from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
-# The len/4 estimate decides alone unless it lands within this share of a window; then, if the
-# model's tokenizer is known, the prompt is counted exactly (a few hundred microseconds per KB).
+# The len/4 estimate decides alone where it is clearly over a window (by more than this share) or
+# where even one token per character would fit; in between, if the model's tokenizer is known, the
+# prompt is counted exactly (a few hundred microseconds per KB). len/4 is right for English prose but
+# digits, code and CJK text take 2-4x the tokens, which the estimate alone would let through.
 EXACT_COUNT_BAND = 0.2
 
 
@@ -33,8 +35,9 @@ class ContextWindowFilter:
     ) -> Sequence[EndpointView]:
         completion = request.max_tokens or self._default_completion
         need = request.prompt_tokens_estimate + completion
+        most = 4 * request.prompt_tokens_estimate + 3 + completion  # about one token per character
         if request.count_prompt_tokens is not None and any(
-            e.context_window is not None and abs(e.context_window - need) <= EXACT_COUNT_BAND * e.context_window
+            e.context_window is not None and need - EXACT_COUNT_BAND * e.context_window <= e.context_window < most
             for e in endpoints
         ):
             need = request.count_prompt_tokens() + completion  # the estimate is too close to call: count

@@ -37,7 +37,8 @@ class PrefixAffinityScorer:
     wins. A hot prefix overflows to the ring's next endpoints instead of swamping one, and
     an endpoint leaving the set moves only its own prefixes. Both the ring share and the load
     bound follow the endpoints' weights (configured capacity); with equal weights this is the
-    paper's scheme exactly.
+    paper's scheme exactly. Load is this gateway's in-flight plus the engine's own queue, and an
+    endpoint whose engine queues gives its prefixes up while another endpoint does not queue.
 
     A set of endpoints gets its ring (cached) the second time it is seen; the first time, the
     same owner is found endpoint by endpoint, so random samples of a large pool build no rings.
@@ -70,8 +71,15 @@ class PrefixAffinityScorer:
         weights = tuple([e.weight if e.weight > 1e-9 else 1e-9 for e in endpoints])
         counts = self._vnode_counts(weights)
         shape = (tuple(map(_ID, endpoints)), counts)
-        loads = [e.in_flight for e in endpoints]
+        # requests queued inside the engine (any client's, from its /metrics) count as load too
+        loads = [e.in_flight + e.queue_depth for e in endpoints]
         bounds = self._bounds(weights, counts is None, sum(loads) + 1)
+        if any(e.queue_depth for e in endpoints):
+            # an engine that already queues takes no affine traffic while another does not: a queued
+            # request waits a whole generation, far longer than a prefix-cache miss costs
+            free = [e.queue_depth == 0 for e in endpoints]
+            if any(free):
+                bounds = [b if f else -1 for b, f in zip(bounds, free)]
         ring = self._rings.get(shape)
         if ring is None and shape not in self._seen_once:
             # A set seen for the first time (a random sample of a large pool is seen only once):
