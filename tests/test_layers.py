@@ -44,3 +44,13 @@ def test_layer_imports_only_what_it_may(layer):
     for path in (SRC / layer).rglob("*.py"):
         bad = sits_imports(path) - ALLOWED[layer] - SHARED
         assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}"
+
+
+def test_the_product_never_imports_the_research_folder():
+    """research/ (the router studies) is not installed: nothing under src/ may import it."""
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            assert not any(n.split(".")[0] == "research" for n in names), f"{path.relative_to(SRC)} imports {names}"

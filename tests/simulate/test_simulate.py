@@ -78,6 +78,40 @@ def test_the_command_prints_the_comparison_and_draws_the_png(tmp_path, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_without_matplotlib_or_tqdm_the_command_reports_lines_and_skips_the_png(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    parser = argparse.ArgumentParser()
+    add_simulate_command(parser.add_subparsers(dest="command"))
+    png = tmp_path / "f.png"
+    args = parser.parse_args(["simulate", str(EXAMPLE), "--requests", "1000", "--loads", "0.5",
+                              "--strategies", "round-robin", "--workers", "1", "--plot", str(png)])
+    assert args.run(args) == 0
+    captured = capsys.readouterr()
+    assert "Pareto" in captured.out and "matplotlib is not installed" in captured.out
+    assert not png.exists()
+    assert "1,000 / 1,000 requests (100%" in captured.err
+
+
+def test_line_progress_prints_each_tenth_once():
+    import io
+
+    from sits.simulate.command import LineProgress
+
+    out = io.StringIO()
+    bar = LineProgress(100, out=out)
+    for _ in range(100):
+        bar.update(1)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 10 and lines[0].startswith("  10 / 100 requests (10%")
+    quiet = io.StringIO()
+    LineProgress(100, enabled=False, out=quiet).update(100)
+    assert quiet.getvalue() == ""
+
+
 def test_unknown_strategy_is_a_config_error(tmp_path):
     parser = argparse.ArgumentParser()
     add_simulate_command(parser.add_subparsers(dest="command"))

@@ -76,6 +76,21 @@ def test_router_train_and_eval(tmp_path, capsys):
     # Only the hard half has a gap, so even the oracle's APGR is 0.75.
     assert out["apgr"] > out["baselines"]["oracle"]["apgr"] - 0.05 > out["baselines"]["random"]["apgr"]
     assert out["frontier"] and all(set(p) == {"cost", "quality"} for p in out["frontier"])
+    png = tmp_path / "frontier.png"
+    assert _run(["router", "eval", "--router", str(out_dir), "--data", str(data), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_router_eval_plot_without_matplotlib_is_a_config_error(tmp_path, monkeypatch):
+    from sits.errors import ConfigError
+    from sits.understanding.quality_router import evaluation
+
+    real_find_spec = evaluation.importlib.util.find_spec
+    monkeypatch.setattr(evaluation.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match="--plot needs matplotlib"):
+        _run(["router", "eval", "--router", str(tmp_path / "none"), "--data", str(tmp_path / "none.jsonl"),
+              "--plot", str(tmp_path / "f.png")])
 
 
 @pytest.mark.parametrize(("min_margin", "share"), [(1.0, 1.0), (0.0, 0.0)])

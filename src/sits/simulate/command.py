@@ -1,4 +1,8 @@
-"""The `sits simulate` command: every (strategy, load) run, in worker processes, with a progress bar."""
+"""The `sits simulate` command: every (strategy, load) run, in worker processes, with progress on stderr.
+
+The progress bar is tqdm's when tqdm is installed, otherwise a line every tenth of the requests; the
+frontier PNG needs matplotlib. Both are optional (the `research` extra, or `pip install` them).
+"""
 
 from __future__ import annotations
 
@@ -76,8 +80,11 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(format_runs(results) + "\n")
     ref = scenario.workload.reference_load
     print(format_table(summarize(results, ref, scenario.slo_p99_ms), ref))
-    plot_frontier(results, args.plot, scenario.slo_p99_ms, scenario.name)
-    print(f"\nfrontier: {args.plot}")
+    if plot_frontier(results, args.plot, scenario.slo_p99_ms, scenario.name):
+        print(f"\nfrontier: {args.plot}")
+    else:
+        print(f"\nfrontier plot not written to {args.plot}: matplotlib is not installed "
+              f"(pip install matplotlib, or the 'research' extra)")
     if args.json:
         args.json.write_text(json.dumps({"scenario": scenario.name, "wall_s": wall,
                                          "runs": [asdict(r) for r in results]}, indent=1))
@@ -86,20 +93,18 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def run_all(scenario: Scenario, tasks: list[tuple[str, float]], workers: int, max_wall_s: float,
             show_progress: bool, total: int) -> list[RunResult]:
-    from tqdm import tqdm
-
     if workers <= 1:
-        bar = tqdm(total=total, unit="req", unit_scale=True, disable=not show_progress, file=sys.stderr)
+        bar = _progress_bar(total, show_progress)
         try:
             return [simulate_run(scenario, s, lvl, progress=bar.update, max_wall_s=max_wall_s) for s, lvl in tasks]
         finally:
             bar.close()
     # fork, not spawn: spawn re-imports the __main__ module, which `python -m sits` does not guard.
-    # The pool is forked before tqdm starts its monitor thread, so no thread is forked mid-flight.
+    # The pool is forked before tqdm (if used) starts its monitor thread, so no thread is forked mid-flight.
     ctx = mp.get_context("fork")
     progress: Any = ctx.Queue()
     with ctx.Pool(workers, initializer=_init_worker, initargs=(progress,)) as pool:
-        bar = tqdm(total=total, unit="req", unit_scale=True, disable=not show_progress, file=sys.stderr)
+        bar = _progress_bar(total, show_progress)
         try:
             pending = [pool.apply_async(_run_one, (scenario.model_dump(), s, lvl, max_wall_s)) for s, lvl in tasks]
             while not all(p.ready() for p in pending):
@@ -108,6 +113,39 @@ def run_all(scenario: Scenario, tasks: list[tuple[str, float]], workers: int, ma
             return [p.get() for p in pending]
         finally:
             bar.close()
+
+
+def _progress_bar(total: int, show: bool) -> Any:
+    """tqdm's bar on stderr when tqdm is installed, else `LineProgress`; either has update(n) and close()."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return LineProgress(total, enabled=show)
+    return tqdm(total=total, unit="req", unit_scale=True, disable=not show, file=sys.stderr)
+
+
+class LineProgress:
+    """Progress without tqdm: one stderr line each time another tenth of `total` is done."""
+
+    def __init__(self, total: int, enabled: bool = True, steps: int = 10, out: Any = None) -> None:
+        self.total, self.enabled, self.steps = total, enabled, steps
+        self.out = out if out is not None else sys.stderr
+        self.done = 0
+        self._shown = 0  # tenths already reported
+        self._t0 = time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if not self.enabled or self.total <= 0:
+            return
+        step = min(self.steps, self.done * self.steps // self.total)
+        if step > self._shown:
+            self._shown = step
+            print(f"  {self.done:,} / {self.total:,} requests ({self.done / self.total:.0%}, "
+                  f"{time.perf_counter() - self._t0:.1f} s)", file=self.out, flush=True)
+
+    def close(self) -> None:
+        pass
 
 
 def _drain(progress: Any, bar: Any, wait_s: float) -> None:

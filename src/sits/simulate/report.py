@@ -60,8 +60,12 @@ def _ms(v: float) -> str:
     return "inf" if math.isinf(v) else f"{v:,.0f}"
 
 
-def plot_frontier(results: Sequence[RunResult], path: Path, slo_p99_ms: float, title: str) -> None:
-    import matplotlib
+def plot_frontier(results: Sequence[RunResult], path: Path, slo_p99_ms: float, title: str) -> bool:
+    """Writes the p99-throughput frontier as a PNG; False (nothing written) when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
@@ -83,3 +87,4 @@ def plot_frontier(results: Sequence[RunResult], path: Path, slo_p99_ms: float, t
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True

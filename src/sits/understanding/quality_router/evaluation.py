@@ -8,6 +8,7 @@ model's quality.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,9 @@ def eval_router_cli(
     router_dir: Path, data: Path, strong: str | None, weak: str | None, plot: Path | None, as_json: bool,
     cache_dir: Path | None, stdout: TextIO,
 ) -> int:
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("--plot needs matplotlib, which is not installed (pip install matplotlib, "
+                          "or the 'research' extra)")
     router = load_router(router_dir)
     outcomes = load_outcomes(data)
     missing = [m for m in router.models if m not in outcomes.models]
@@ -128,8 +132,6 @@ def eval_router_cli(
     test = outcomes.subset(unseen).select_models(router.models)
     report = evaluate(test, router.predict(vectors_all[unseen]), strong, weak, len(outcomes) - len(unseen))
     if plot is not None and report.frontiers:
-        from sits.understanding.quality_router.frontier_plot import plot_frontiers
-
         plot_frontiers(report.frontiers, report.singles, plot, title=data.name)
     if as_json:
         print(json.dumps(report.as_json()), file=stdout)
@@ -161,3 +163,31 @@ def _print_report(r: EvalReport, out: TextIO) -> None:
     print("\nrouter frontier (mean USD per prompt, mean quality):", file=out)
     for p in r.frontiers["router"]:
         print(f"  {p.cost:>12.6f}{p.quality:>8.3f}", file=out)
+
+
+def plot_frontiers(frontiers: dict[str, list[Point]], singles: list[Point], path: Path, title: str) -> None:
+    """The quality-cost frontier as a PNG (matplotlib is imported only when a plot is asked for)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    styles = {"router": "-o", "oracle": "--", "random": ":", "prompt_length": "-."}
+    for name, pts in frontiers.items():
+        if name == "best_single":
+            continue
+        ax.plot([p.cost for p in pts], [p.quality for p in pts], styles.get(name, "-"), label=name, markersize=3)
+    ax.scatter([p.cost for p in singles], [p.quality for p in singles], c="grey", s=14, label="single models")
+    for p in singles:
+        ax.annotate(p.label.split("/")[-1][:18], (p.cost, p.quality), fontsize=6, alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_xlabel("mean cost per prompt (USD, log)")
+    ax.set_ylabel("mean quality")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 
-from sits.understanding.quality_router import aux_study
-from sits.understanding.quality_router.auxiliary import overlapping_rows, question_stem
+from research import aux_study
+from research.auxiliary import overlapping_rows, question_stem
 
 HELD_MMLU = "Find the degree for the given field extension Q(sqrt(2)) over Q.\nA. 0\nB. 4\nC. 2\nD. 6\nAnswer:"
 HELD_FEW_SHOT = (

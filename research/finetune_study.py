@@ -1,8 +1,8 @@
 """A task-tuned embedder: all-MiniLM-L6-v2 fine-tuned end to end on strong/weak outcomes, chosen by CV.
 
-    python -m sits.understanding.quality_router.finetune_study --data routellm-gsm8k-dev.jsonl \
+    python -m research.finetune_study --data routellm-gsm8k-dev.jsonl \
         --frozen e5+charngram --frozen-ranker logistic-l2=0.01 --out cv.json     # CV on the training half
-    python -m sits.understanding.quality_router.finetune_study --data ... --frozen ... --evaluate cv.json --out r.json
+    python -m research.finetune_study --data ... --frozen ... --evaluate cv.json --out r.json
 
 Every frozen-feature router measured so far (kNN, logistic, MF, ensembles over e5, MiniLM and
 n-grams) ranks prompts with vectors trained for sentence similarity, not for "which prompt does the
@@ -46,7 +46,7 @@ import numpy as np
 
 from sits.understanding.embedders import make_embedder
 from sits.understanding.embedding_cache import cache_dir_from_env, cached_embed
-from sits.understanding.quality_router.ensemble_study import knn_gain, rank01, strong_weak
+from research.ensemble_study import knn_gain, rank01, strong_weak
 from sits.understanding.quality_router.metrics import pair_metrics
 from sits.understanding.quality_router.outcomes import load_outcomes, prompt_key
 from sits.understanding.quality_router.predictors import fit_bilinear

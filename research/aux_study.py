@@ -1,6 +1,6 @@
 """Does auxiliary outcome data help a strong/weak router? A measurement, not a product path.
 
-`python -m sits.understanding.quality_router.aux_study --data F --aux routerdc-7models.jsonl ...`
+`python -m research.aux_study --data F --aux routerdc-7models.jsonl ...`
 
 Protocol (the same seeded 50/50 split as `sits router train --holdout 0.5`):
 - every auxiliary row that may be a held-out prompt is dropped (`auxiliary.overlapping_rows`);
@@ -31,7 +31,7 @@ import numpy as np
 
 from sits.understanding.embedders import make_embedder
 from sits.understanding.embedding_cache import DEFAULT_CACHE_DIR, cached_embed
-from sits.understanding.quality_router.auxiliary import overlapping_rows, question_stem
+from research.auxiliary import overlapping_rows, question_stem
 from sits.understanding.quality_router.metrics import pair_metrics
 from sits.understanding.quality_router.outcomes import Outcomes, load_outcomes
 from sits.understanding.quality_router.predictors import fit_bilinear, fit_knn

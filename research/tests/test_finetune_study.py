@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from sits.understanding.quality_router.finetune_study import (
+from research.finetune_study import (
     REFERENCE, TuneConfig, blend, candidate_scores, choose, cv_folds, fine_tune, frozen_scores, limited, run_cv,
 )
 from sits.understanding.quality_router.metrics import pair_metrics
@@ -118,7 +118,7 @@ def test_cv_fine_tunes_on_training_rows_only_and_scores_every_epoch_and_blend():
 
 
 def test_merged_cv_results_choose_over_all_candidates_and_refuse_different_setups():
-    from sits.understanding.quality_router.finetune_study import merge_cv
+    from research.finetune_study import merge_cv
 
     base = {"data": "d.jsonl", "training_rows": 10, "folds_run": 5, "fit_limit": None,
             "frozen": {"features": "e5", "ranker": "knn-k100"}, "cv_seconds": 1}
@@ -132,7 +132,7 @@ def test_merged_cv_results_choose_over_all_candidates_and_refuse_different_setup
 
 def test_a_saved_epoch_scores_exactly_as_a_run_of_that_many_epochs(tmp_path):
     pytest.importorskip("torch")
-    from sits.understanding.quality_router.finetune_study import fit_checkpoints, scores_from_checkpoint
+    from research.finetune_study import fit_checkpoints, scores_from_checkpoint
 
     _, scores, group = two_clusters(120, 3)
     texts = _texts(group, np.random.default_rng(3))

@@ -1,8 +1,8 @@
 """Rankers for a strong/weak pair beyond one predictor on one feature set, chosen by cross-validation.
 
-    python -m sits.understanding.quality_router.ensemble_study --data routellm-gsm8k-dev.jsonl \
+    python -m research.ensemble_study --data routellm-gsm8k-dev.jsonl \
         --embedders e5,charngram,e5+charngram,minilm --out cv.json            # 5-fold CV on the training half
-    python -m sits.understanding.quality_router.ensemble_study --data ... --evaluate cv.json --out result.json
+    python -m research.ensemble_study --data ... --evaluate cv.json --out result.json
 
 Same seeded 50/50 split and the same 5 folds as `sits router train --holdout 0.5`. The first call
 never reads the held-out half: it scores every candidate by mean per-fold APGR and names the best.

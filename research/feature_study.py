@@ -1,6 +1,6 @@
 """Which prompt features a quality router should use, by cross-validation on the training half only.
 
-    python -m sits.understanding.quality_router.feature_study --data routerbench-train.jsonl \
+    python -m research.feature_study --data routerbench-train.jsonl \
         --embedders e5,e5@last,e5+e5@last,e5+charngram --out study.json
 
 Same seeded 50/50 split and the same 5 folds as `sits router train --holdout 0.5`; the held-out

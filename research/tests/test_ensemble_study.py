@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sits.understanding.quality_router.ensemble_study import (
+from research.ensemble_study import (
     cross_validate, knn_gain, main, rank01, rankers, subjects_of,
 )
 from sits.understanding.quality_router.outcomes import load_outcomes

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sits.understanding.quality_router.feature_study import benchmarks, cross_validate, main, roc_auc
+from research.feature_study import benchmarks, cross_validate, main, roc_auc
 from sits.understanding.quality_router.outcomes import load_outcomes
 
 
