@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from research.auxiliary import overlapping_rows, question_stem
 from sits.understanding.embedders import make_embedder
 from sits.understanding.embedding_cache import DEFAULT_CACHE_DIR, cached_embed
-from research.auxiliary import overlapping_rows, question_stem
 from sits.understanding.quality_router.metrics import pair_metrics
 from sits.understanding.quality_router.outcomes import Outcomes, load_outcomes
 from sits.understanding.quality_router.predictors import fit_bilinear, fit_knn

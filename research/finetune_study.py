@@ -44,9 +44,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from research.ensemble_study import knn_gain, rank01, strong_weak
 from sits.understanding.embedders import make_embedder
 from sits.understanding.embedding_cache import cache_dir_from_env, cached_embed
-from research.ensemble_study import knn_gain, rank01, strong_weak
 from sits.understanding.quality_router.metrics import pair_metrics
 from sits.understanding.quality_router.outcomes import load_outcomes, prompt_key
 from sits.understanding.quality_router.predictors import fit_bilinear
