@@ -170,8 +170,8 @@ class OpenAIRoutes:
                                 gaps.observe(now - previous)
                             previous = now
                         # find(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int
-                        # and formats a TypeError it then drops (about 1.8k instructions net per event,
-                        # bench_instructions.py --event-gap-ms 5)
+                        # and formats a TypeError it then drops, on every event (figures: bench/README.md,
+                        # "measured")
                         if chunk.find(b'"usage":{') >= 0:
                             last = chunk
                         yield chunk

@@ -133,8 +133,8 @@ _BOTH_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_token
 def usage_of(payload: bytes) -> tuple[int, int] | None:
     """(prompt_tokens, completion_tokens) from a JSON answer's `usage` object, if it has one.
 
-    Two regex searches after `"usage":{` instead of parsing the whole answer (5x cheaper on a
-    typical completion; the counts are plain integers in every OpenAI-compatible server's usage)."""
+    Two regex searches after `"usage":{` instead of parsing the whole answer (several times cheaper on
+    a typical completion; the counts are plain integers in every OpenAI-compatible server's usage)."""
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None

@@ -85,7 +85,7 @@ class BodySchema(Generic[B]):
     """A data-plane body validated into a plain dict (typed by a TypedDict).
 
     Plain dicts rather than pydantic models: the gateway reads a few keys, and building a model instance
-    cost about 13k instructions a request more (`bench/bench_instructions.py`, commit ae2ca2c vs its parent)."""
+    costs more on every request (figures: bench/README.md, "measured")."""
 
     def __init__(self, typed: type[B], prompt_text: Callable[[B], str],
                  needs: Callable[[B], frozenset[str]] = lambda body: NO_NEEDS) -> None:

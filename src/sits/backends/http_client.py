@@ -27,8 +27,8 @@ from sits.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTim
 
 _PAUSE_ABOVE_BYTES = 1 << 20
 # Upstream timeouts are checked by one periodic sweep over busy connections rather than two loop
-# timers armed and cancelled per request (about 17k of a request's
-# ~450k instructions, measured with `bench/bench_instructions.py`); they fire up to this late.
+# timers armed and cancelled per request (a measurable share of a request's work; figures:
+# bench/README.md, "measured"); they fire up to this late.
 TIMEOUT_RESOLUTION_S = 0.02
 # Header names as sent -> lower-case str: an upstream sends the same few names on every answer, and a
 # lookup costs less than decoding and lower-casing each. Bounded: odd names are decoded each time.

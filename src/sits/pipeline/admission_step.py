@@ -43,7 +43,7 @@ class Admission:
         return self.gates.get(model).try_acquire(CLASSES[priority])
 
     async def admit(self, model: str, priority: int, now: float) -> Ticket:
-        cls = CLASSES[priority]  # an index, not Priority(priority): the enum call costs a microsecond
+        cls = CLASSES[priority]  # an index, not Priority(priority): the enum call is far dearer
         return await self.gates.get(model).acquire(cls, self.gates.policy.deadline(cls, now))
 
     def priority_of(self, header: str | None, api_key: str | None, model: str) -> int:

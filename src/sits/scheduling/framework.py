@@ -75,7 +75,8 @@ class Decision(NamedTuple):
     """The outcome of scheduling: candidates best-first and why.
 
     A named tuple (immutable, compared by value) rather than a frozen dataclass: one is built per
-    decision, and a frozen dataclass's __init__ costs 0.9 us of a 16-endpoint decision's 20."""
+    decision, and a frozen dataclass's __init__ is a visible share of a decision's cost (figures:
+    bench/README.md, "measured")."""
 
     candidates: tuple[EndpointView, ...]
     profile: str

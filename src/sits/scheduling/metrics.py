@@ -23,8 +23,8 @@ class PluginTiming:
     broken: int  # calls that returned the wrong number of scores
 
 
-# A timed decision costs about 4 us more at 16 endpoints (two timer reads and a record per plugin);
-# one in 16 keeps that to about 0.25 us per decision.
+# A timed decision costs two timer reads and a record per plugin more; timing one decision in 16
+# keeps that a small share of the average decision (figures: bench/README.md, "measured").
 DEFAULT_TIMED_EVERY = 16
 
 

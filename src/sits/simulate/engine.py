@@ -78,7 +78,7 @@ def simulate_run(
 
     heap: list[tuple[float, int, int, float]] = []  # (done at, seq, endpoint, sent at)
     push, pop = heapq.heappush, heapq.heappop
-    z = reqs.service_z.tolist()  # Python floats: indexing a numpy array per request costs 5x more
+    z = reqs.service_z.tolist()  # Python floats: indexing a numpy array per request costs several times more
     z_len = len(z)
     z_next = 0
     seq = 0

@@ -183,7 +183,7 @@ class AimdLimiter(_EngineCapped):
 class GradientSettings:
     bounds: LimitBounds = LimitBounds()
     # short RTT may reach tolerance x long RTT before the limit shrinks; 1.2 / 2 keep the limit near the
-    # engine's real concurrency, which is what lets P0 pass a P2 flood (bench/bench_admission.py: 1.66x)
+    # engine's real concurrency, which is what lets P0 pass a P2 flood (bench/bench_admission.py)
     tolerance: float = 1.2
     smoothing: float = 0.2
     queue_allowance: int = 2  # headroom added each update, so the limit can probe upwards

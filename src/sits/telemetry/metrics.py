@@ -1,9 +1,10 @@
 """Prometheus metrics of one gateway, on its own registry (two gateways in a process share nothing).
 
 Why not prometheus-client's Counter/Histogram on the hot path: `python bench/bench_telemetry.py`
-measures one request's metrics at about 9.5 us with its objects (label lookup, a lock per child)
-against 1.2 us here, where recording is a dict update and a bisect (the event loop is the only
-writer, so no lock); SITS' whole budget is under 130 us a request. prometheus-client renders the exposition from these tallies at scrape
+measures one request's metrics several times dearer with its objects (label lookup, a lock per child)
+than here, where recording is a dict update and a bisect (the event loop is the only writer, so no
+lock), a large share of SITS' whole per-request budget (figures: bench/README.md, "measured").
+prometheus-client renders the exposition from these tallies at scrape
 time (`collect`). What the gateway already tracks as state (in-flight, health, circuits) is read
 only when scraped (`LiveStateCollector`).
 

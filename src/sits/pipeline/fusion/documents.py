@@ -2,9 +2,9 @@
 
 PDFs: text with pypdf, tables with pdfplumber (its ruling-line table finder). The split was
 chosen by measurement on generated financial reports (bench/bench_documents.py,
-docs/workflows.md): pypdf extracts the same text 8-19x faster than pdfplumber, and on dense
+docs/workflows.md): pypdf extracts the same text many times faster than pdfplumber, and on dense
 tables (wrapped labels, empty cells) pdfplumber gets every cell right where splitting pypdf's
-layout text into columns gets 74%.
+layout text into columns misses many.
 
 Parsing is CPU work in C-less Python: it runs on a worker thread, and each distinct file
 (by SHA-256) is parsed once per gateway while it stays in a small LRU.

@@ -11,7 +11,7 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 # The len/4 estimate decides alone where it is clearly over a window (by more than this share) or
 # where even one token per character would fit; in between, if the model's tokenizer is known, the
-# prompt is counted exactly (a few hundred microseconds per KB). len/4 is right for English prose but
+# prompt is counted exactly (far dearer per KB than the estimate). len/4 is right for English prose but
 # digits, code and CJK text take 2-4x the tokens, which the estimate alone would let through.
 EXACT_COUNT_BAND = 0.2
 
