@@ -99,7 +99,7 @@ class Director:
         or answer from the cache / static template, or hand over to a fusion workflow."""
         table = self._table()
         metrics, trace = self._metrics, request.trace
-        resolved = await self._resolver.resolve(table, request)
+        resolved = self._resolver.named(table, request) or await self._resolver.resolve(table, request)
         tier_plans: Iterator[Plan] | None = None
         tier_route = ""
         if isinstance(resolved, ModelEntry):  # the common case: the client named a model or alias

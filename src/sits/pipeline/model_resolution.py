@@ -65,13 +65,15 @@ class ModelResolver:
         self._hints = hints
         self._tier_load = tier_load
 
+    @staticmethod
+    def named(table: RoutingTable, request: RoutingRequest) -> ModelEntry | None:
+        """The common case, synchronously and with nothing allocated: a model or alias the client named."""
+        return table.resolve(request.model)
+
     async def resolve(self, table: RoutingTable, request: RoutingRequest) -> ModelEntry | Resolution:
-        """The named model itself in the common case (no allocation on the hot path), else a Resolution.
-        Raises ModelNotFound, listing what exists."""
+        """Everything else, once `named` found nothing: a workflow, an adapter variant (the model itself)
+        or `auto`. Raises ModelNotFound, listing what exists."""
         name = request.model
-        entry = table.resolve(name)
-        if entry is not None:
-            return entry
         workflows = self._workflows
         if workflows is not None and (workflow := workflows.workflow_of(name)) is not None:
             return Resolution(RouteReason.WORKFLOW, workflow=workflow)
