@@ -236,7 +236,8 @@ async def test_metrics_report_load_and_memory_pressure(smollm2_url: str, client:
     idle = await scrape()
     assert idle is not None and (idle.engine, idle.running, idle.waiting) == ("sits-local", 0, 0)
     assert idle.memory_usage is not None and 0.0 < idle.memory_usage < 1.0  # a loaded model holds some
-    stream = await client.chat.completions.create(model=SMOLLM2.name, messages=HELLO, max_tokens=1500, stream=True)
+    story = [{"role": "user", "content": "Write a long story about a dragon who learns to paint."}]
+    stream = await client.chat.completions.create(model=SMOLLM2.name, messages=story, max_tokens=1500, stream=True)
     queued = [asyncio.create_task(_greedy(client, "Name a color.")) for _ in range(2)]
     await stream.__anext__()  # the first generation is running; the two others queue behind it
     seen = []
