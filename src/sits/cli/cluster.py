@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from sits.cli_flags import add_gateway_flags, admin_key
+from sits.cli.flags import add_gateway_flags, admin_key
 
 
 def add_cluster_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

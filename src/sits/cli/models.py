@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from sits.cli_flags import add_gateway_flags, admin_key
+from sits.cli.flags import add_gateway_flags, admin_key
 
 
 def add_models_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
