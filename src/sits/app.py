@@ -80,7 +80,7 @@ from sits.state.endpoint_stats import StatsStore
 from sits.state.registry_store import RegistryStore
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.routing_table import RoutingTable
-from sits.state.semantic_cache import build_semantic_cache
+from sits.state.semantic_cache_factory import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.metrics import GatewayMetrics
 from sits.runtime.worker_share import WorkerShare

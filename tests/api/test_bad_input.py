@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import urllib.error
+import urllib.request
 
 import orjson
 import pytest
@@ -79,6 +81,28 @@ async def test_body_over_limit_is_413(upstream, start_gateway):
     status, _, payload = await raw_request(gateway.bound_port, post(CHAT, big))
     assert status == 413
     assert orjson.loads(payload)["error"]["code"] == "payload_too_large"
+
+
+def urllib_post(url: str, body: bytes) -> tuple[int, bytes]:
+    """POST with the stdlib client, which sends the whole body before it reads any answer."""
+    request = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+async def test_a_client_that_sends_the_whole_body_first_still_reads_the_413(upstream, start_gateway):
+    gateway = await start_gateway(one_model_config(upstream.url, max_body_bytes=64 * 1024))
+    big = b'{"model": "m1", "messages": [{"role": "user", "content": "' + b"x" * 4_000_000 + b'"}]}'
+    status, payload = await asyncio.to_thread(urllib_post, f"http://127.0.0.1:{gateway.bound_port}{CHAT}", big)
+    assert status == 413
+    error = orjson.loads(payload)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == "payload_too_large" and error["param"] == "body"
+    assert "65536 bytes" in error["message"]
+    assert upstream.log.requests == []
 
 
 async def test_chunked_body_over_limit_is_413(upstream, start_gateway):

@@ -120,12 +120,10 @@ async def test_deadline_exceeded_cancels_the_waiting_upstream_request(start_gate
     async with SilentUpstream() as upstream:
         gateway = await start_gateway(grpc_config(upstream.url))
         channel, stub = stub_for(gateway)
-        started = time.monotonic()
         async with channel:
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub.Create(pb.ChatCompletionRequest(model="m1", messages=HI), timeout=0.4)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        assert time.monotonic() - started < 2.0
         await asyncio.wait_for(upstream.hung_up.wait(), 5)  # the gateway dropped the upstream request
         assert upstream.requests == 1
 
@@ -321,7 +319,9 @@ async def test_fusion_workflow_answers_through_the_grpc_door(upstream, start_gat
     assert completion.choices[0].message.content == "hello from upstream-a"
     assert orjson.loads(completion.extra_json)["sits"]["aggregation"]["model"] == "m1"
     assert (response.route.workflow, response.route.model) == ("ask", "workflow:ask")
-    assert 0.0 <= response.route.confidence <= 1.0
+    extra = orjson.loads(completion.extra_json)["sits"]
+    # one draft, no verifier: its neutral score, reported as is, and the same on both surfaces
+    assert response.route.confidence == pytest.approx(extra["confidence"]) == pytest.approx(extra["confidence_raw"])
     chunks = [c for m in messages for c in chunks_of(m)]
     assert "".join(c.choices[0].delta.content for c in chunks if c.choices) == "hello from upstream-a"
     assert "sits" in orjson.loads(next(c.extra_json for c in chunks if c.choices and c.choices[0].finish_reason))

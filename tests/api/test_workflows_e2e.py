@@ -15,6 +15,7 @@ from aiohttp import web
 
 from sits.app import Gateway
 from sits.control.embedded_default import embedded_default_config
+from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.settings import Settings
 from tests.conftest import base_url, sdk
 from tests.pipeline.fusion.financial_reports import Report, correct_draft, make_report
@@ -105,7 +106,9 @@ async def test_best_of_n_picks_the_verified_draft_and_reports_every_step(drafter
     assert answer.model == "workflow:fin-check"
     sits = answer.model_extra["sits"]
     assert sits["aggregation"]["method"] == "best_of_n" and sits["aggregation"]["model"] == "careful"
-    assert 0.0 <= sits["confidence"] <= 1.0
+    # every figure of the chosen draft checks out (verifier score 1), mapped by the packaged calibration
+    assert sits["confidence_raw"] == 1.0
+    assert sits["confidence"] == pytest.approx(default_calibration()(1.0), abs=1e-4) and sits["confidence"] < 1.0
     assert sits["verifier"]["summary"].endswith("mismatches=0")
     drafts = [s for s in sits["steps"] if s["kind"] == "generate"]
     assert {(s["model"], s["status"]) for s in drafts} == {("careful", "ok"), ("sloppy", "ok")}
@@ -339,7 +342,8 @@ async def test_local_models_draft_a_workflow(tmp_path_factory, report):
     assert set(drafts) == {"smollm2-135m", "gemma3-270m"}
     assert all(s["status"] == "ok" and s["usage"]["completion_tokens"] > 0 for s in drafts.values())
     assert answer.choices[0].message.content.strip()
-    assert sits["aggregation"]["model"] in drafts and 0.0 <= sits["confidence"] <= 1.0
+    assert sits["aggregation"]["model"] in drafts
+    assert sits["confidence"] == pytest.approx(default_calibration()(sits["confidence_raw"]), abs=1e-4)
 
 
 async def test_llm_judge_verifier_ranks_the_drafts(start_gateway):

@@ -255,3 +255,22 @@ async def test_registered_endpoints_are_scraped_under_the_address_policy():
         await pool.close()
         await guarded.close()
         await runner.cleanup()
+
+
+def test_the_memory_headroom_filter_acts_on_what_a_scrape_records():
+    """The filter's inputs as production sets them: a llama.cpp slot almost full of one conversation."""
+    import random
+
+    from sits.scheduling.registry import builtin_plugins
+    from sits.scheduling.types import EndpointView, SchedulingRequest
+
+    full_slots = LLAMA_CPP_SLOTS.replace(b'"n_prompt_tokens":65', b'"n_prompt_tokens":3950')
+    base = parse_engine_metrics(LLAMA_CPP)
+    assert base is not None
+    full, light = with_llama_cpp_slots(base, full_slots), with_llama_cpp_slots(base, LLAMA_CPP_SLOTS)
+    assert full.memory_usage is not None and full.memory_usage > 0.95
+    views = [EndpointView(name, "m", 1.0, True, 0, 0.1, kv_cache_usage=load.kv_cache_usage,
+                          memory_usage=load.memory_usage) for name, load in (("full", full), ("light", light))]
+    kept = builtin_plugins().create("filter", "memory-headroom-filter", {}).filter(
+        SchedulingRequest("m", "/chat/completions", False), views, random.Random(0))
+    assert [v.id for v in kept] == ["light"]

@@ -8,8 +8,8 @@ from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.scheduling.types import SchedulingRequest
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, TokenizerSource
+from tests.conftest import TOKENIZERS
 
-TOKENIZERS = Path(__file__).resolve().parents[3] / "shared" / "data" / "tokenizers"
 REQUEST = SchedulingRequest("m", "/chat/completions", False, prompt_tokens_estimate=3)
 
 

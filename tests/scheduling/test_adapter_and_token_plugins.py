@@ -6,7 +6,7 @@ import random
 
 from sits.scheduling.plugins.adapter_affinity_scorer import AdapterAffinityScorer
 from sits.scheduling.plugins.context_window_filter import ContextWindowFilter
-from sits.scheduling.registry import default_profile
+from sits.scheduling.policy import default_profile
 from sits.scheduling.registry import builtin_plugins
 from sits.scheduling.types import EndpointView, SchedulingRequest
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sits.scheduling.framework import Profile, WeightedScorer
-from sits.scheduling.registry import builtin_plugins, default_profile
+from sits.scheduling.policy import default_profile
+from sits.scheduling.registry import builtin_plugins
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 PLUGINS = builtin_plugins()

@@ -17,9 +17,9 @@ from sits.state.semantic_cache import (
     CacheKey,
     InMemorySemanticCache,
     SemanticCacheConfig,
-    build_semantic_cache,
     numbers_agree,
 )
+from sits.state.semantic_cache_factory import build_semantic_cache
 
 
 class AngleEmbedder:

@@ -14,7 +14,8 @@ import pytest
 redis_async = pytest.importorskip("redis.asyncio")
 
 from sits.pipeline.cache_embedder import ThreadedEmbedder  # noqa: E402
-from sits.state.semantic_cache import SemanticCacheConfig, build_semantic_cache  # noqa: E402
+from sits.state.semantic_cache import SemanticCacheConfig  # noqa: E402
+from sits.state.semantic_cache_factory import build_semantic_cache  # noqa: E402
 from sits.state.semantic_cache_redis import RedisSemanticCache  # noqa: E402
 from tests.state.test_semantic_cache import AngleEmbedder, FakeClock, answer, make_key, minilm  # noqa: E402
 

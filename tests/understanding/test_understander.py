@@ -59,21 +59,23 @@ async def test_rules_answer_without_the_classifier():
 async def test_slow_classifier_falls_back_to_rules_within_the_timeout():
     release = threading.Event()
 
+    returned = threading.Event()
+
     def slow(texts: Sequence[str]) -> np.ndarray:
         release.wait(2.0)
+        returned.set()
         return np.zeros((len(texts), 512), np.float32)
 
     u = _understander(embed=slow, timeout_s=0.02)
     await u.start()
     try:
-        started = time.perf_counter()
         result = await u.understand("will it rain tomorrow")
-        elapsed = time.perf_counter() - started
+        answered_before_the_model = not returned.is_set()
     finally:
         release.set()
         await u.aclose()
     assert result.intent_source == "fallback" and result.intent == "general_chat"
-    assert elapsed < 0.5 and u.timeouts == 1
+    assert answered_before_the_model and u.timeouts == 1
 
 
 async def test_failing_classifier_falls_back():

@@ -41,6 +41,11 @@ class ServerLimits:
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 64 * 1024
     keep_alive_timeout_s: float = 75.0
+    # After a rejected request: how much more of its body to read and throw away, and for how long,
+    # so that a client which sends its whole body before reading (urllib, requests) gets to read
+    # the error instead of a reset (closing with unread input makes the kernel send RST).
+    reject_drain_bytes: int = 64 * 1024 * 1024
+    reject_linger_s: float = 5.0
 
 
 class _Rejected(Exception):
@@ -120,6 +125,8 @@ class HttpServerProtocol(asyncio.Protocol):
         self._closed = False
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
+        self._discard_left: int | None = None  # set once rejected: input still to be read and dropped
+        self._linger: asyncio.TimerHandle | None = None
         self.idle_since: float | None = None  # loop time the connection last became idle
 
     # -- connection events ---------------------------------------------------
@@ -131,6 +138,8 @@ class HttpServerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._linger is not None:
+            self._linger.cancel()
         self._tracker.connections.discard(self)
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client went away: stop its upstream work too
@@ -138,6 +147,11 @@ class HttpServerProtocol(asyncio.Protocol):
             self._drain_waiter.set_exception(ConnectionResetError("client disconnected"))
 
     def data_received(self, data: bytes) -> None:
+        if self._discard_left is not None:
+            self._discard_left -= len(data)
+            if self._discard_left <= 0:
+                self.close()
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -317,11 +331,22 @@ class HttpServerProtocol(asyncio.Protocol):
             self._drain_waiter = None
 
     def _reject(self, error: SitsError) -> None:
-        """Answer a request we could not even parse, then close the connection."""
+        """Answer a request we could not even parse, then close the connection: after the answer,
+        half-close and drop what the client still sends (bounded in bytes and time, or until it
+        half-closes too), so that the answer is read rather than reset away."""
         self._pending.clear()
-        if not self._handling:
-            self._write_response(self._render_error(error), keep_alive=False)
-        self.close()
+        transport = self._transport
+        if self._handling or self._closed or transport is None:
+            self.close()
+            return
+        self._write_response(self._render_error(error), keep_alive=False)
+        if not transport.can_write_eof():
+            self.close()
+            return
+        transport.write_eof()
+        transport.resume_reading()
+        self._discard_left = self._limits.reject_drain_bytes
+        self._linger = self._loop.call_later(self._limits.reject_linger_s, self.close)
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(

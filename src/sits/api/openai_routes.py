@@ -24,7 +24,8 @@ from sits.pipeline.cached_response import (
 )
 from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
-from sits.pipeline.director import AUTO_MODEL, Director
+from sits.pipeline.director import Director
+from sits.pipeline.model_resolution import AUTO_MODEL
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.stream_resume import CHAT_API, partial_answer
 from sits.pipeline.fusion import render as workflow_render

@@ -45,6 +45,18 @@ class EngineAnswer:
                 return message
         return self.body.decode("utf-8", "replace")[:500]
 
+    def is_engine_error(self) -> bool:
+        """Whether the body is vLLM's own error shape, not a web framework's answer for a route it lacks
+        (FastAPI's {"detail": "Not Found"}, or any other server's 404 page)."""
+        try:
+            data = orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(data, dict):
+            return False
+        inner = data.get("error") if isinstance(data.get("error"), dict) else data
+        return isinstance(inner.get("message"), str)
+
 
 class VllmAdmin:
     """Admin calls to one vLLM server at a time; the endpoint gives the origin and the API key."""
@@ -60,6 +72,12 @@ class VllmAdmin:
         answer = await self._call(endpoint, "POST", "/v1/load_lora_adapter", body)
         if answer.status == 400 and "already been loaded" in answer.error_message():
             raise Conflict(f"{endpoint.id}: adapter {name!r} is already loaded", param="name")
+        if answer.status in (404, 405) and not answer.is_engine_error():
+            # vLLM answers 404 too when it cannot find the adapter's files, but in its own error shape
+            raise UpstreamStatusError(
+                f"{endpoint.id}: the upstream does not offer vLLM's dynamic LoRA API (POST /v1/load_lora_adapter "
+                f"answered {answer.status}; vLLM serves it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)",
+                upstream_status=answer.status, body=answer.body[:2048])
         return self._text(endpoint, answer, "load_lora_adapter")
 
     async def unload_lora_adapter(self, endpoint: Endpoint, name: str) -> str:

@@ -6,13 +6,11 @@ scheduling stays a pure call over a snapshot taken once per request.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import random
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import NamedTuple
 
 import orjson
 
@@ -20,11 +18,8 @@ from sits.backends.openai_upstream import OpenAIUpstream
 from sits.errors import (
     ContextTooLong,
     ModelNotCapable,
-    ModelNotFound,
     Overloaded,
     SitsError,
-    UpstreamStatusError,
-    UpstreamTimeout,
 )
 from sits.pipeline.admission import Ticket
 from sits.pipeline.admission_step import Admission
@@ -33,11 +28,13 @@ from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
+from sits.pipeline.model_resolution import ModelResolver, RouteReason
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.stream_resume import CHAT_API, resume_body
+from sits.pipeline.upstream_send import UpstreamSend
 from sits.pipeline.fusion.result import WorkflowResult
 from sits.pipeline.fusion.runner import WorkflowRunner
-from sits.scheduling.framework import Decision
+from sits.scheduling.framework import ONLY_ENDPOINT, Decision
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
 from sits.scheduling.scheduler import Scheduler
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -48,19 +45,11 @@ from sits.state.retry_budget import RetryBudget
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.state.semantic_cache import CachedCompletion
 from sits.telemetry.metrics import GatewayMetrics
-from sits.telemetry.tracing import end_span, operation_of
-from sits.understanding.tier_rule import choose_tier, nearest_tiers
+from sits.telemetry.tracing import end_span
+from sits.understanding.tier_rule import nearest_tiers
 from sits.understanding.understander import RequestUnderstander
 
-AUTO_MODEL = "auto"
 DEFAULT_ENDPOINT_CAPACITY = 4  # requests an endpoint takes at once, for a tier's load, when nothing says
-
-
-class TierTarget(NamedTuple):
-    """`auto` chose a tier; its models are scheduled like endpoints."""
-
-    tier: str
-
 _HEALTHY = attrgetter("healthy")
 log = logging.getLogger("sits.scheduling")
 
@@ -91,7 +80,8 @@ class Director:
         self._admission = admission
         self._understander = understander
         self._breakers = breakers
-        self._chain = FallbackChain(self._send, budget, breakers, health, clock, fallback_policy, metrics)
+        self._sender = UpstreamSend(backend, stats, admission, clock)
+        self._chain = FallbackChain(self._sender.send, budget, breakers, health, clock, fallback_policy, metrics)
         self._table = table
         self._scheduler = scheduler
         self._backend = backend
@@ -99,30 +89,33 @@ class Director:
         self._clock = clock
         self._rng = rng
         self._hints: SchedulingHints | None = None  # adapter variants, exact token counts (attach_hints)
+        self._resolver = self._new_resolver()
+
+    def _new_resolver(self) -> ModelResolver:
+        return ModelResolver(lambda: self._understander, self._workflows, self._hints, self._tier_load)
 
     async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer | WorkflowResult:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
         or answer from the cache / static template, or hand over to a fusion workflow."""
         table = self._table()
         metrics, trace = self._metrics, request.trace
-        if self._workflows is not None and (workflow := self._workflows.workflow_of(request.model)) is not None:
-            return await self._workflows.run(workflow, request, body)
-        model = table.resolve(request.model)
+        resolved = self._resolver.named(table, request) or await self._resolver.resolve(table, request)
         tier_plans: Iterator[Plan] | None = None
         tier_route = ""
-        if model is not None:  # the common case: the client named a model or alias
-            why = intent = ""
+        if isinstance(resolved, ModelEntry):  # the common case: the client named a model or alias
+            model, why, intent, reason = resolved, "", "", RouteReason.NAMED
         else:
-            target, why, intent = await self._resolve_model(table, request)
-            if isinstance(target, str):  # an intent route to a workflow
+            why, intent, reason = resolved.why, resolved.intent, resolved.reason
+            if resolved.workflow is not None:
                 assert self._workflows is not None
-                return await self._workflows.run(target, request, body, intent)
-            if isinstance(target, TierTarget):
-                tier_route, tier_plans = self._tier_plans(table, target.tier, request, self._clock())
+                return await self._workflows.run(resolved.workflow, request, body, intent)
+            if resolved.tier is not None:
+                tier_route, tier_plans = self._tier_plans(table, resolved.tier, request, self._clock())
                 first = next(tier_plans)
                 model, tier_plans = first.model, itertools.chain((first,), tier_plans)
             else:
-                model = target
+                assert resolved.model is not None
+                model = resolved.model
         key = self._answers.key(request, body) if self._answers.enabled else None
         if key is not None:
             hit = await self._answers.before_upstream(key, opted_in=model.cache)
@@ -140,7 +133,8 @@ class Director:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
             span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
             if tier_plans is None:
-                primary, route = self._plan(model, request, now, "primary")
+                primary, decision = self._plan(model, request, now, "primary")
+                route = _route_header(model, decision)
                 plans = self._plans(table, primary, request, now)
             else:
                 primary = next(tier_plans)
@@ -148,7 +142,8 @@ class Director:
                                                                  self._plans(table, primary, request, now, False))
             end_span(span, attributes={"sits.route": route})
             if metrics is not None:
-                metrics.decision(model.name, _decision_reason(route, why))
+                metrics.decision(model.name, reason.value if reason is not RouteReason.NAMED
+                                 else _scheduled_label(decision))
             try:
                 exchange = await self._chain.run(request, body, plans)
             except AttemptsFailed as failed:
@@ -204,7 +199,8 @@ class Director:
 
     def attach_hints(self, hints: SchedulingHints) -> None:
         """At startup: `base:adapter` variants and exact token counts (pipeline/scheduling_hints.py)."""
-        self._hints = hints
+        self._hints = self._sender.hints = hints
+        self._resolver = self._new_resolver()
 
     def attach_understander(self, understander: RequestUnderstander) -> None:
         """At startup, once its embedding model is loaded."""
@@ -213,6 +209,7 @@ class Director:
     def attach_workflows(self, workflows: WorkflowRunner) -> None:
         """At build: the runner calls back into this director for every step."""
         self._workflows = workflows
+        self._resolver = self._new_resolver()
 
     def workflows(self) -> list[tuple[str, str]]:
         """(model name, description) of the configured workflows."""
@@ -280,8 +277,8 @@ class Director:
                 return route, itertools.chain(plans, self._later_tiers(table, tiers[i + 1:], request, now))
         # Nothing can take it: the needed tier's first model answers why (e.g. a feature no model has).
         fallback = table.models_in_tier(tier) or list(table.models.values())
-        plan, route = self._plan(fallback[0], request, now, "primary")
-        return route, iter((plan,))
+        plan, decision = self._plan(fallback[0], request, now, "primary")
+        return _route_header(fallback[0], decision), iter((plan,))
 
     def _later_tiers(self, table: RoutingTable, tiers: list[str], request: RoutingRequest,
                      now: float) -> Iterator[Plan]:
@@ -315,10 +312,12 @@ class Director:
                  for k, (name, endpoints) in enumerate(by_model.items())]
         return plans, f"{decision.route_header()}; tier={tier}"
 
-    def _plan(self, model: ModelEntry, request: RoutingRequest, now: float, kind: PlanKind) -> tuple[Plan, str]:
+    def _plan(self, model: ModelEntry, request: RoutingRequest, now: float,
+              kind: PlanKind) -> tuple[Plan, Decision | None]:
+        """The model's endpoints best first, and the decision that ranked them (None: none was ready)."""
         views = self._views(model, now)
         if not any(map(_HEALTHY, views)):
-            return Plan(model, (), kind), f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
+            return Plan(model, (), kind), None
         # The prefix hash only ranks endpoints against each other: one endpoint needs none.
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
                                    request.max_tokens, request.needs, request.sla_ms,
@@ -330,85 +329,11 @@ class Director:
             log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
         candidates = decision.candidates
         if not candidates:
-            return Plan(model, (), kind, _rejection(model, wanted, decision)), decision.route_header()
+            return Plan(model, (), kind, _rejection(model, wanted, decision)), decision
         if len(model.endpoints) == 1:  # views were built from these endpoints: the one candidate is it
-            return Plan(model, model.endpoints, kind), decision.route_header()
+            return Plan(model, model.endpoints, kind), decision
         by_id = {e.id: e for e in model.endpoints}
-        return Plan(model, tuple(by_id[v.id] for v in candidates), kind), decision.route_header()
-
-    async def _send(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
-        if endpoint.upstream_model != request.model:
-            body = _with_model(body, endpoint.upstream_model)
-        if self._hints is not None and model != request.model:
-            body = self._hints.translated(request.model, model, request.prompt_text, body)  # another family?
-        stats = self._stats.get(endpoint.id)
-        span, trace_headers = None, b""
-        if request.trace is not None:
-            span, trace_headers = request.trace.attempt(operation_of(request.api), endpoint.upstream_model, {
-                "gen_ai.operation.name": operation_of(request.api), "gen_ai.provider.name": "openai",
-                "gen_ai.request.model": endpoint.upstream_model, "server.address": endpoint.host,
-                "server.port": endpoint.port, "sits.endpoint": endpoint.id, "sits.model": model,
-            })
-        started = self._clock()
-        stats.started()
-        in_flight = stats.in_flight
-        try:
-            response = await self._backend.send(endpoint, request.api.encode(), body, request.request_id,
-                                                 trace_headers)
-        except BaseException as exc:
-            now = self._clock()
-            end_span(span, getattr(exc, "message", None) or type(exc).__name__)
-            stats.finished(now - started, ok=False)
-            if self._admission is not None and _is_load_signal(exc):
-                self._admission.observe(endpoint.id, now - started, in_flight, True, now)
-            raise
-        now = self._clock()
-        stats.first_token(now - started)  # time to response headers: the TTFT a gateway can see
-        if self._admission is not None:
-            self._admission.observe(endpoint.id, now - started, in_flight, False, now)
-        exchange = Exchange(endpoint, model, "", response, stats, self._clock, started)
-        exchange.span = span
-        return exchange
-
-    async def _resolve_model(self, table: RoutingTable,
-                             request: RoutingRequest) -> tuple[ModelEntry | TierTarget | str, str, str]:
-        """The model to serve the request (or the workflow an intent route names), the route
-        explanation, and the `x-sits-intent` value."""
-        entry = table.resolve(request.model)
-        if entry is None and self._hints is not None:
-            entry = self._hints.resolve(table, request.model)  # "base:adapter"
-        if entry is not None:
-            return entry, "", ""
-        if request.model == AUTO_MODEL and table.models:
-            span = request.trace.stage("classify") if request.trace is not None else None
-            try:
-                entry, why, header = await self._understand(table, request)
-            finally:
-                end_span(span)
-            return entry, why, header
-        available = ", ".join(table.names()) or "(none)"
-        raise ModelNotFound(
-            f"The model '{request.model}' does not exist. Available models: {available}", param="model"
-        )
-
-    async def _understand(self, table: RoutingTable,
-                          request: RoutingRequest) -> tuple[ModelEntry | TierTarget | str, str, str]:
-        """Model "auto": intent routes, the quality router, or the tier rule choose the model (a tier's
-        models are then scheduled like endpoints, `_tier_plans`)."""
-        if self._understander is None:
-            choice = choose_tier(request.prompt_text)
-            return TierTarget(choice.tier), f"; auto=tier {choice.tier}: {choice.reason}", ""
-        u = await self._understander.understand(request.prompt_text, functools.partial(self._tier_load, table),
-                                                tuple(table.models))
-        header = u.intent_header()
-        if u.route is not None and self._workflows is not None and \
-                (workflow := self._workflows.route_target(u.route, request)) is not None:
-            return workflow, f"; auto=intent route {u.intent} -> workflow:{workflow}", header
-        if u.route is not None and u.route.model in table.models:
-            return table.models[u.route.model], f"; auto=intent route {u.intent} -> {u.route.model}", header
-        if u.router is not None and u.router.model in table.models:
-            return table.models[u.router.model], f"; auto=quality router: {u.router.reason}", header
-        return TierTarget(u.tier), f"; auto=tier {u.tier}: {u.reason}", header
+        return Plan(model, tuple(by_id[v.id] for v in candidates), kind), decision
 
     def _tier_load(self, table: RoutingTable, tier: str) -> float:
         """A tier's own in-flight fraction in [0, 1]: requests in flight on its models' endpoints against
@@ -447,21 +372,18 @@ class Director:
         return views
 
 
-def _decision_reason(route: str, why: str) -> str:
-    """The bounded `reason` label of a routing decision, from the route explanation."""
-    if not why:  # the common case: the client named the model
-        if route.endswith("reason=only endpoint"):
-            return "only-endpoint"
-        return "no-endpoint-ready" if route.startswith("profile=none; pick=none") else "scheduled"
-    if why.startswith("; auto=intent"):
-        return "auto-intent"
-    if why.startswith("; auto=quality"):
-        return "auto-quality-router"
-    if why.startswith("; auto=tier"):
-        return "auto-tier"
-    if route.startswith("profile=none; pick=none"):
+def _route_header(model: ModelEntry, decision: Decision | None) -> str:
+    """The x-sits-route value of a model's scheduling decision."""
+    if decision is None:
+        return f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
+    return decision.route_header()
+
+
+def _scheduled_label(decision: Decision | None) -> str:
+    """The decision metric's `reason` for a named model: how scheduling went."""
+    if decision is None:
         return "no-endpoint-ready"
-    return "only-endpoint" if route.endswith("reason=only endpoint") else "scheduled"
+    return "only-endpoint" if decision.reason == ONLY_ENDPOINT else "scheduled"
 
 
 def _rejection(model: ModelEntry, wanted: SchedulingRequest, decision: Decision) -> SitsError | None:
@@ -482,13 +404,6 @@ def _rejection(model: ModelEntry, wanted: SchedulingRequest, decision: Decision)
                           "the length of the messages.", param="messages")
 
 
-def _with_model(body: bytes, model: str) -> bytes:
-    """The client's body with only `model` replaced; every other field passes through as sent."""
-    payload = orjson.loads(body)
-    payload["model"] = model
-    return orjson.dumps(payload)
-
-
 def _final_error(model: str, failed: AttemptsFailed) -> SitsError:
     """Nothing answered: no capacity (503, Retry-After) if nothing could even be reached, else the last error."""
     attempts = ("x-sits-attempts", ",".join(failed.attempts)) if failed.attempts else None
@@ -501,9 +416,3 @@ def _final_error(model: str, failed: AttemptsFailed) -> SitsError:
     if attempts:
         error.headers = (*error.headers, attempts)
     return error
-
-
-def _is_load_signal(error: BaseException) -> bool:
-    """Failures that say the endpoint is overloaded (what a concurrency limiter must back off from)."""
-    return isinstance(error, UpstreamTimeout) or (
-        isinstance(error, UpstreamStatusError) and error.upstream_status in (429, 503))

@@ -18,6 +18,7 @@ from sits.scheduling.filtering import SAMPLE_EMPTY, filter_all, filter_strict
 from sits.scheduling.metrics import SchedulingMetrics
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
+ONLY_ENDPOINT = "only endpoint"  # a decision's reason when the pool was one endpoint
 DEFAULT_PICK_LIMIT = 3  # the director tries at most this many endpoints (connect-error failover)
 
 
@@ -189,7 +190,7 @@ class Profile:
                 metrics.no_candidate(self.name, emptied)
             return Decision((), self.name, f"no endpoint passed {emptied}", rejected_by=emptied)
         if len(remaining) == 1:
-            why = "only endpoint" if len(endpoints) == 1 else "single candidate"
+            why = ONLY_ENDPOINT if len(endpoints) == 1 else "single candidate"
             return Decision((remaining[0],), self.name, why, remaining)
         n = len(remaining)
         timer = metrics.timer if timed else None  # type: ignore[union-attr]

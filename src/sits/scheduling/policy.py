@@ -130,6 +130,11 @@ def _check(plugins: PluginRegistry, kind: str, spec: PluginSpec, where: str) -> 
 DEFAULT_POLICY = RoutingPolicy()
 
 
+def default_profile(plugins: PluginRegistry) -> Profile:
+    """The built-in default profile (the `default` profile of `DEFAULT_POLICY`)."""
+    return build_profile(plugins, "default", DEFAULT_POLICY.profiles["default"])
+
+
 def build_profile(plugins: PluginRegistry, name: str, spec: ProfileSpec) -> Profile:
     return Profile(
         name=name,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sits.scheduling.framework import Filter, Picker, Profile, Scorer
+from sits.scheduling.framework import Filter, Picker, Scorer
 from sits.scheduling.plugins.adapter_affinity_scorer import AdapterAffinityScorer
 from sits.scheduling.plugins.capability_filter import CapabilityFilter
 from sits.scheduling.plugins.context_window_filter import ContextWindowFilter
@@ -74,11 +74,4 @@ def builtin_plugins() -> PluginRegistry:
     )
 
 
-def default_profile(plugins: PluginRegistry) -> Profile:
-    """The built-in default profile (the `default` profile of `policy.DEFAULT_POLICY`)."""
-    from sits.scheduling.policy import DEFAULT_POLICY, build_profile  # policy builds on this module
-
-    return build_profile(plugins, "default", DEFAULT_POLICY.profiles["default"])
-
-
-__all__ = ["Filter", "Picker", "PluginRegistry", "ProfileHandler", "Scorer", "builtin_plugins", "default_profile"]
+__all__ = ["Filter", "Picker", "PluginRegistry", "ProfileHandler", "Scorer", "builtin_plugins"]

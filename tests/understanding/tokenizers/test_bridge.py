@@ -11,7 +11,8 @@ from sits.understanding.tokenizers.catalog import TokenizerCatalog, TokenizerSou
 from sits.understanding.tokenizers.family_map import FamilyMapCache
 from sits.understanding.tokenizers.surface import byte_level_bytes, normalised_key, sentencepiece_bytes, suid
 from sits.understanding.tokenizers.vocabulary import source_digest
-from tests.understanding.tokenizers.conftest import FAMILIES, TOKENIZERS
+from tests.conftest import TOKENIZERS
+from tests.understanding.tokenizers.conftest import FAMILIES
 
 
 @pytest.mark.parametrize(("token", "expected"), [

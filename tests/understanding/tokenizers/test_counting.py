@@ -91,7 +91,7 @@ def test_malformed_tokenize_answers_are_protocol_errors(body):
 def test_hf_counts_are_the_tokenizers_own(catalog):
     from tokenizers import Tokenizer
 
-    from tests.understanding.tokenizers.conftest import TOKENIZERS
+    from tests.conftest import TOKENIZERS
 
     for family in ("llama3", "qwen3", "deepseek_v3"):
         reference = Tokenizer.from_file(str(TOKENIZERS / family / "tokenizer.json"))

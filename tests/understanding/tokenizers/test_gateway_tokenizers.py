@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 
 from tests.conftest import base_url, one_model_config, sdk
-from tests.understanding.tokenizers.conftest import TOKENIZERS
+from tests.conftest import TOKENIZERS
 
 ADMIN = {"authorization": "Bearer admin-key"}
 

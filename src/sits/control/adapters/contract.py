@@ -2,13 +2,15 @@
 
 Every violation names the field it is about (`r`, `target_modules`, `base_model_name_or_path`,
 `dtype`, `tokenizer`, `tensors.<name>`, ...), and all of them are reported at once, so one
-round trip tells the operator everything to fix.
+round trip tells the operator everything to fix. Tensor problems are grouped: one violation per
+module, LoRA part and problem, with the layers it spans (a wrong rank is one line, not one per
+tensor per layer); its field is the tensor's name, with `layers.*` when it spans several.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -30,6 +32,25 @@ class Violation:
 
     def as_dict(self) -> dict[str, str]:
         return {"field": self.field, "message": self.message}
+
+
+@dataclass(slots=True)
+class _TensorGroup:
+    """Tensors with the same problem in the same module and part, across layers."""
+
+    field: str  # the first tensor's name, for a group of one
+    label: str  # "q_proj.lora_A"
+    problem: str  # "shape [8, 576] != expected [16, 576]"
+    layers: set[int] = field(default_factory=set)
+    count: int = 0
+
+    def violation(self, pattern: str) -> Violation:
+        where = ""
+        if self.layers:
+            where = f" in layer {_ranges(self.layers)}" if len(self.layers) == 1 else f" in layers {_ranges(self.layers)}"
+        many = f" ({self.count} tensors)" if self.count > 1 else ""
+        return Violation(f"tensors.{self.field if self.count == 1 else pattern}",
+                         f"{self.label}: {self.problem}{where}{many}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +83,21 @@ def check_contract(adapter: AdapterFiles, base: BaseModelSpec, limits: EngineLim
         out.append(Violation("target_modules", f"{', '.join(unknown)} not in the {base.architecture} architecture "
                                                f"(it has {', '.join(sorted(known))})"))
     seen_modules, dtypes = set(), set()
+    groups: dict[tuple[str, str, str], _TensorGroup] = {}  # by (name pattern, label, problem)
     for tensor in adapter.tensors:
         dtypes.add(tensor.dtype)
-        problem, module = _tensor_problem(tensor, base, shapes, rank if lora else None, adapter)
+        problem, module, label = _tensor_problem(tensor, base, shapes, rank if lora else None, adapter)
         if module:
             seen_modules.add(module)
         if problem:
-            out.append(Violation(f"tensors.{tensor.name}", problem))
+            pattern, layer = _layer_pattern(tensor.name)
+            group = groups.setdefault((pattern, label, problem), _TensorGroup(tensor.name, label, problem))
+            group.count += 1
+            if layer is not None:
+                group.layers.add(layer)
+    # Ordered by name, then by first layer: the same report whatever order the file stores tensors in.
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0][0], min(kv[1].layers, default=-1), kv[0][2]))
+    out += [group.violation(pattern) for (pattern, _, _), group in ordered]
     for module in sorted((targets & known) - seen_modules):
         out.append(Violation("target_modules", f"{module} is targeted but the weights carry no tensor for it"))
     if not adapter.tensors:
@@ -98,25 +127,27 @@ def _same_model(a: str, b: str) -> bool:
 
 
 def _tensor_problem(tensor: TensorInfo, base: BaseModelSpec, shapes: dict[str, tuple[int, int]], rank: int | None,
-                    adapter: AdapterFiles) -> tuple[str | None, str | None]:
+                    adapter: AdapterFiles) -> tuple[str | None, str | None, str]:
+    """(problem, module it adapts, label "module.part"); the problem says nothing layer-specific,
+    so the same problem in every layer groups into one violation."""
     parts = tensor.name.split(".")
     kind = next((p for p in parts if p in LORA_PARTS), None)
     if kind is None:  # a fully trained module (modules_to_save): same shape as the base's own
         module = parts[-2] if parts[-1] == "weight" and len(parts) > 1 else parts[-1]
         if module not in EMBEDDING_MODULES:
-            return f"not an adapter tensor of a known module ({module})", None
+            return "not an adapter tensor of a known module", None, module
         expected = (base.vocab_size, base.hidden_size)
-        return (None if tensor.shape == expected else f"shape {list(tensor.shape)}, expected {list(expected)}"), module
+        return (None if tensor.shape == expected else _shape_problem(tensor, expected)), module, module
     index = parts.index(kind)
     module = parts[index - 1] if index else ""
+    label = f"{module}.{kind}"
     if module not in shapes:
-        return f"module {module!r} is not in the {base.architecture} architecture", None
+        return f"module {module!r} is not in the {base.architecture} architecture", None, label
     if "layers" in parts:
         layer_at = parts.index("layers") + 1
         layer = int(parts[layer_at]) if layer_at < len(parts) and parts[layer_at].isdigit() else -1
         if not 0 <= layer < base.num_layers:
-            return f"layer {parts[layer_at] if layer_at < len(parts) else '?'} does not exist " \
-                   f"(the base has {base.num_layers})", module
+            return f"no such layer (the base has {base.num_layers}, numbered from 0)", module, label
     fan_in, fan_out = shapes[module]
     r = rank if rank is not None else 0
     if kind == "ia3_l":
@@ -131,8 +162,39 @@ def _tensor_problem(tensor: TensorInfo, base: BaseModelSpec, shapes: dict[str, t
     else:
         expected = (r, fan_in) if kind == "lora_A" else (fan_out, r)
     if tensor.shape != expected:
-        return f"shape {list(tensor.shape)}, expected {list(expected)} for {module} (rank x hidden sizes)", module
-    return None, module
+        return _shape_problem(tensor, expected), module, label
+    return None, module, label
+
+
+def _shape_problem(tensor: TensorInfo, expected: tuple[int, int]) -> str:
+    return f"shape {list(tensor.shape)} != expected {list(expected)}"
+
+
+def _layer_pattern(name: str) -> tuple[str, int | None]:
+    """The tensor name with its layer number as `*`, and that number (None outside numbered layers)."""
+    parts = name.split(".")
+    if "layers" in parts:
+        at = parts.index("layers") + 1
+        if at < len(parts) and parts[at].isdigit():
+            layer = int(parts[at])
+            parts[at] = "*"
+            return ".".join(parts), layer
+    return name, None
+
+
+def _ranges(numbers: set[int]) -> str:
+    """{0, 1, 2, 5, 7, 8} -> "0-2, 5, 7-8"."""
+    ordered = sorted(numbers)
+    spans: list[str] = []
+    start = prev = ordered[0]
+    for n in [*ordered[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(spans)
 
 
 def _dtype(found: set[str], declared: str | None, adapter: AdapterFiles) -> list[Violation]:

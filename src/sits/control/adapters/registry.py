@@ -209,9 +209,9 @@ class AdapterRegistry:
             self._set(record)
             await self._save()  # the other workers ask the engines where it is loaded now
             if not loaded and first_error is not None:
-                # our own 502 with every endpoint's answer (a relayed engine 404 would read as "no such route")
-                raise UpstreamError(f"adapter {name!r} was loaded nowhere: "
-                                    + "; ".join(f"{k}: {v}" for k, v in outcomes.items()))
+                # our own 502 with every endpoint's answer (a relayed engine 404 would read as "no such route");
+                # every outcome here is a failure, whose message names its endpoint already
+                raise UpstreamError(f"adapter {name!r} was loaded nowhere: " + "; ".join(outcomes.values()))
             return record, outcomes
 
     async def deactivate(self, name: str, endpoint_ids: list[str] | None = None

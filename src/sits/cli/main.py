@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 from sits import __version__
-from sits.cluster_cli import add_cluster_commands
+from sits.cli.cluster import add_cluster_commands
 from sits.control.config import GatewayConfig, load_config
 from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
-from sits.models_cli import add_models_commands
+from sits.cli.models import add_models_commands
 from sits.settings import Settings
 from sits.simulate import add_simulate_command
 from sits.telemetry.logging_setup import configure_logging
@@ -106,10 +106,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     if args.grpc is not None:
-        from sits.grpc_chat_client import chat_grpc
+        from sits.cli.grpc_chat import chat_grpc
 
         return chat_grpc(args.question, args.grpc, args.model, args.max_tokens, args.compression)
-    from sits.chat_client import chat
+    from sits.cli.chat import chat
 
     return chat(args.question, base_url=args.url, model=args.model, max_tokens=args.max_tokens)
 

@@ -5,29 +5,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+from sits.cli.flags import add_gateway_flags, admin_key
 
 
 def add_cluster_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cluster = subparsers.add_parser("cluster", help="replicas, state hashes, sync lag; switch aliases")
-    cluster.add_argument("--url", default=os.environ.get("SITS_URL", DEFAULT_URL), help="gateway base URL")
-    cluster.add_argument("--admin-key", default=None, help="admin key (default: $SITS_ADMIN_KEY)")
     verbs = cluster.add_subparsers(dest="verb", required=True)
     status = verbs.add_parser("status", help="this replica's view of the cluster and of every alias switch")
-    status.add_argument("--url", dest="verb_url", default=None, help="gateway base URL (same as before the verb)")
     status.add_argument("--json", action="store_true", help="print the raw GET /v1/cluster answer")
     switch = verbs.add_parser("switch", help="point an alias at another model on every replica")
     switch.add_argument("alias")
     switch.add_argument("to", help="the model, e.g. chat@v2")
     switch.add_argument("--canary-weight", type=float, default=None, help="share of new requests, e.g. 0.1")
-    switch.add_argument("--url", dest="verb_url", default=None, help="gateway base URL (same as before the verb)")
+    add_gateway_flags(cluster, (status, switch))
     cluster.set_defaults(run=run_cluster_command)
 
 
@@ -36,8 +32,8 @@ def run_cluster_command(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    url = (args.verb_url or args.url).rstrip("/")
-    key = args.admin_key or os.environ.get("SITS_ADMIN_KEY", "")
+    url = args.url.rstrip("/")
+    key = admin_key(args)
     if args.verb == "status":
         method, path, body = "GET", "/v1/cluster", None
     else:

@@ -5,19 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from typing import Any
 
 import aiohttp
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+from sits.cli.flags import add_gateway_flags, admin_key
 
 
 def add_models_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     models = subparsers.add_parser("models", help="register, list, show, update and remove models at runtime")
-    models.add_argument("--url", default=os.environ.get("SITS_URL", DEFAULT_URL), help="gateway base URL")
-    models.add_argument("--admin-key", default=None, help="admin key (default: $SITS_ADMIN_KEY)")
     verbs = models.add_subparsers(dest="verb", required=True)
 
     register = verbs.add_parser("register", help="register a model")
@@ -27,7 +24,7 @@ def add_models_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     register.add_argument("--health-check-path")
     register.add_argument("--tier", choices=["tiny", "base", "heavy"])
 
-    verbs.add_parser("list", help="list registered models")
+    listing = verbs.add_parser("list", help="list registered models")
     show = verbs.add_parser("show", help="show one model with endpoint states")
     show.add_argument("name")
     update = verbs.add_parser("update", help="change fields of a model (PATCH)")
@@ -37,6 +34,7 @@ def add_models_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     remove.add_argument("name")
     for verb in (register, update, remove):
         verb.add_argument("--if-match", type=int, help="only if the registry is at this version")
+    add_gateway_flags(models, (register, listing, show, update, remove))
     models.set_defaults(run=run_models_command)
 
 
@@ -45,8 +43,7 @@ def run_models_command(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    key = args.admin_key or os.environ.get("SITS_ADMIN_KEY", "")
-    headers = {"Authorization": f"Bearer {key}"}
+    headers = {"Authorization": f"Bearer {admin_key(args)}"}
     if getattr(args, "if_match", None) is not None:
         headers["If-Match"] = f'"{args.if_match}"'
     method, path, body = _request(args)
