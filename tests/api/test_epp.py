@@ -18,8 +18,8 @@ from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sits.api.epp.protocol import DESTINATION, DESTINATION_NAMESPACE, SERVED, SUBSET, SUBSET_NAMESPACE
-from sits.errors import ConfigError
 from sits.control.config import parse_config
+from sits.errors import ConfigError
 
 Mode = processing_mode_pb2.ProcessingMode
 CHAT = "/v1/chat/completions"
@@ -370,6 +370,6 @@ def test_envoy_stubs_and_the_otlp_exporter_share_one_environment():
     """xds-protos also ships copies of opentelemetry/proto and google/api modules (older ones): when it is
     installed after opentelemetry-proto / googleapis-common-protos, the OTLP exporter cannot import.
     Reinstalling those two (`pip install --force-reinstall --no-deps ...`) puts their files back."""
+    from envoy.service.ext_proc.v3 import external_processor_pb2  # noqa: F401
     from opentelemetry.exporter.otlp.proto.common._internal import _encode_value  # noqa: F401
     from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope  # noqa: F401
-    from envoy.service.ext_proc.v3 import external_processor_pb2  # noqa: F401

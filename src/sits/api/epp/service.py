@@ -53,8 +53,20 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
 class _Stream:
     """One HTTP request's ext_proc exchange."""
 
-    __slots__ = ("_picker", "_headers", "_subset", "_body", "_buffered", "_duplex_response", "_answered",
-                 "_pick", "_counted", "_started", "_status", "ended_cleanly")
+    __slots__ = (
+        "_answered",
+        "_body",
+        "_buffered",
+        "_counted",
+        "_duplex_response",
+        "_headers",
+        "_pick",
+        "_picker",
+        "_started",
+        "_status",
+        "_subset",
+        "ended_cleanly",
+    )
 
     def __init__(self, picker: EndpointPicker) -> None:
         self._picker = picker
