@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -156,12 +156,12 @@ def main() -> int:
     lines = [
         "# Endpoint picker decision latency",
         "",
-        f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, {platform.python_implementation()} "
-        f"{platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs (shared), "
-        f"`python bench/bench_epp.py --requests {args.requests}`.",
+        (f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, {platform.python_implementation()} "
+         f"{platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs (shared), "
+         f"`python bench/bench_epp.py --requests {args.requests}`."),
         "",
-        "One request at a time over one ext_proc stream each (full-duplex streaming): from the first message "
-        "written to the headers' answer read. Gateway and client on the same host, loopback gRPC.",
+        ("One request at a time over one ext_proc stream each (full-duplex streaming): from the first message "
+         "written to the headers' answer read. Gateway and client on the same host, loopback gRPC."),
         "",
         "| body | bytes | endpoints | p50 ms | p99 ms | requests |",
         "|---|---:|---:|---:|---:|---:|",

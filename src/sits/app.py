@@ -26,11 +26,11 @@ from sits.api.cluster_routes import ALIASES_PREFIX, ClusterRoutes, cluster_route
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
 from sits.api.control_routes import ControlRoutes
 from sits.api.dispatch import Dispatcher
-from sits.api.epp.picker import EndpointPicker
-from sits.api.epp_server import EppServer
 from sits.api.engine_routes import SLEEPING as ENGINES_SLEEPING
 from sits.api.engine_routes import SWITCH as ENGINE_SWITCH
 from sits.api.engine_routes import EngineRoutes
+from sits.api.epp.picker import EndpointPicker
+from sits.api.epp_server import EppServer
 from sits.api.error_responses import render_error
 from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
@@ -298,7 +298,8 @@ class Gateway:
             self.routing_table, PoolPlanner(self._scheduler, self._stats, self._health, self._breakers, self.admission,
                                             random.Random(rng_seed), lambda: hints),
             self.admission, self._client_keys, self._stats, self._clock, lambda: self._understander, lambda: hints,
-            self.readiness, config.server.max_body_bytes), config.server.epp_port, self.readiness) \
+            self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
+            config.server.epp_port, self.readiness) \
             if config.server.epp_port is not None else None
         # HTTP/2: h2c and HTTPS with ALPN (docs/grpc.md), the same handler behind more listeners.
         self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,

@@ -145,7 +145,7 @@ async def test_headers_body_in_chunks_and_trailers_get_the_destination_and_the_b
     chunks = -(-len(body) // 62_000)
     answers = await epp.exchange(messages, 1 + chunks + 1)
     assert answers[0].HasField("request_headers") and answers[0].request_headers.response.clear_route_cache
-    assert picked(answers[0]) in {addr(upstream), addr(upstream_b)}
+    assert destination(answers[0]) in {addr(upstream), addr(upstream_b)}  # the pick alone by default
     # trailers follow: the streamed body does not end the stream, the trailers' answer does
     body_back = answers[1:-1]
     assert b"".join(a.request_body.response.body_mutation.streamed_response.body for a in body_back) == body
@@ -256,7 +256,8 @@ async def test_auto_schedules_the_tier_the_prompt_needs(upstream, upstream_b, st
 @pytest.mark.parametrize("as_string", [False, True])
 async def test_the_subset_hint_is_respected(upstream, upstream_b, start_gateway, epp_of, as_string):
     gateway = await start_gateway(pool_config({"name": "m1", "endpoints": [{"url": upstream.url},
-                                                                          {"url": upstream_b.url}]}))
+                                                                          {"url": upstream_b.url}]},
+                                              epp_fallbacks=1))
     epp = epp_of(gateway)
     only_b = addr(upstream_b) if as_string else [addr(upstream_b)]
     for i in range(8):
@@ -268,7 +269,8 @@ async def test_the_subset_hint_is_respected(upstream, upstream_b, start_gateway,
 
 
 async def test_unhealthy_endpoints_are_avoided_and_none_ready_is_503(upstream, upstream_b, start_gateway, epp_of):
-    config = pool_config({"name": "m1", "endpoints": [{"url": upstream.url}, {"url": upstream_b.url}]})
+    config = pool_config({"name": "m1", "endpoints": [{"url": upstream.url}, {"url": upstream_b.url}]},
+                         epp_fallbacks=1)
     config["control"] = {"health": {"unhealthy_threshold": 1, "interval_s": 3600}}
     gateway = await start_gateway(config)
     epp = epp_of(gateway)
@@ -332,14 +334,15 @@ async def test_a_request_without_a_body_is_answered_on_its_headers(upstream, sta
 
 async def test_a_fallback_that_served_takes_the_in_flight_count(upstream, upstream_b, start_gateway, epp_of):
     gateway = await start_gateway(pool_config({"name": "m1", "endpoints": [{"url": upstream.url},
-                                                                          {"url": upstream_b.url}]}))
+                                                                          {"url": upstream_b.url}]},
+                                              epp_fallbacks=1))
     epp = epp_of(gateway)
     call = epp.stub.Process()
     for m in [headers_message(), *body_messages(chat_body())]:
         await call.write(m)
     listed = destination(await call.read())
     await call.read()
-    primary, fallback = listed.split(",")  # both endpoints listed: the picked one first
+    primary, fallback = listed.split(",")  # epp_fallbacks: 1, both endpoints listed, the picked one first
     by_address = {f"127.0.0.1:{e.port}": e.id for e in gateway.routing_table().models["m1"].endpoints}
     await call.write(response_messages(served=fallback)[0])
     await call.read()

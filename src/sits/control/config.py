@@ -113,6 +113,9 @@ class ServerConfig(_Strict):
     http2_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     # The endpoint picker (Envoy ext_proc + gRPC health, docs/envoy.md) on this port; unset: off; 0: a free port.
     epp_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    # Endpoints the picker lists after its pick (same model), for a proxy that retries down the list;
+    # 0: the pick alone (what Envoy's ORIGINAL_DST cluster reading the header needs).
+    epp_fallbacks: Annotated[int, Field(ge=0, le=8)] = 0
     tls: TlsConfig | None = None  # unset: no TLS listener
 
     @model_validator(mode="after")

@@ -29,7 +29,6 @@ from sits.understanding.understander import RequestUnderstander
 
 log = logging.getLogger("sits.epp")
 
-MAX_DESTINATIONS = 4  # the picked endpoint and up to three fallbacks the proxy may retry, in order
 _APIS: dict[str, tuple[str, BodySchema[Any]]] = {
     "/chat/completions": ("/chat/completions", CHAT_COMPLETION),
     "/completions": ("/completions", COMPLETION),
@@ -58,7 +57,7 @@ class EndpointPicker:
     def __init__(self, table: Callable[[], RoutingTable], planner: PoolPlanner, admission: Admission | None,
                  keys: DataPlaneKeys, stats: StatsStore, clock: Callable[[], float],
                  understander: Callable[[], RequestUnderstander | None], hints: Callable[[], SchedulingHints | None],
-                 ready: Callable[[], tuple[bool, str]], max_body_bytes: int) -> None:
+                 ready: Callable[[], tuple[bool, str]], max_body_bytes: int, fallbacks: int = 0) -> None:
         self._table = table
         self._planner = planner
         self._admission = admission
@@ -68,6 +67,7 @@ class EndpointPicker:
         self._hints = hints
         self._ready = ready
         self.max_body_bytes = max_body_bytes
+        self._destinations = 1 + fallbacks  # the pick, then fallbacks the proxy may retry in order
         self._understander = understander
         self._resolvers: tuple[SchedulingHints | None, ModelResolver] | None = None
 
@@ -153,7 +153,8 @@ class EndpointPicker:
 
     def _answer(self, picked: Picked, routing: RoutingRequest, body: bytes, why: str, ticket: Ticket | None) -> Pick:
         primary = picked.endpoints[0]
-        endpoints = tuple(e for e in picked.endpoints if e.upstream_model == primary.upstream_model)[:MAX_DESTINATIONS]
+        endpoints = tuple(e for e in picked.endpoints if e.upstream_model == primary.upstream_model)
+        endpoints = endpoints[:self._destinations]
         sent = body
         if primary.upstream_model != routing.model:
             payload = orjson.loads(body)
