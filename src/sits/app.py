@@ -29,6 +29,8 @@ from sits.api.dispatch import Dispatcher
 from sits.api.engine_routes import SLEEPING as ENGINES_SLEEPING
 from sits.api.engine_routes import SWITCH as ENGINE_SWITCH
 from sits.api.engine_routes import EngineRoutes
+from sits.api.epp.picker import EndpointPicker
+from sits.api.epp_server import EppServer
 from sits.api.error_responses import render_error
 from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
@@ -63,6 +65,7 @@ from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
 from sits.pipeline.fallback import FallbackPolicy
+from sits.pipeline.pool_planner import PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.pipeline.fusion.documents import DocumentParser
@@ -290,6 +293,14 @@ class Gateway:
         self.grpc = GrpcServer(director, self.admission, self._client_keys, self.handler.request_id_of,
                                config.server.grpc_port, config.server.max_body_bytes, observer) \
             if config.server.grpc_port is not None else None
+        # The endpoint picker (docs/envoy.md): Envoy's ext_proc; the same scheduling, no traffic sent by SITS.
+        self.epp = EppServer(EndpointPicker(
+            self.routing_table, PoolPlanner(self._scheduler, self._stats, self._health, self._breakers, self.admission,
+                                            random.Random(rng_seed), lambda: hints),
+            self.admission, self._client_keys, self._stats, self._clock, lambda: self._understander, lambda: hints,
+            self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
+            config.server.epp_port, self.readiness) \
+            if config.server.epp_port is not None else None
         # HTTP/2: h2c and HTTPS with ALPN (docs/grpc.md), the same handler behind more listeners.
         self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,
                                self._http1_protocol) \
@@ -367,6 +378,8 @@ class Gateway:
         self._tracker.start_idle_sweep(self._limits.keep_alive_timeout_s)
         if self.grpc is not None:
             await self.grpc.start(self.host, reuse_port=sock is not None)  # a shared socket: N workers
+        if self.epp is not None:
+            await self.epp.start(self.host, reuse_port=sock is not None)
         if self.http2 is not None:
             await self.http2.start(self.host, reuse_port=sock is not None)
         log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
@@ -391,6 +404,8 @@ class Gateway:
             self._server.close()
         grpc_drained = asyncio.create_task(self.grpc.stop(self.config.server.drain_timeout_s)) \
             if self.grpc is not None else None  # stops accepting now, drains alongside HTTP
+        epp_drained = asyncio.create_task(self.epp.stop(self.config.server.drain_timeout_s)) \
+            if self.epp is not None else None
         self._tracker.close_idle()
         if self.http2 is not None:
             self.http2.go_away()  # streams already open finish; new ones are refused
@@ -403,6 +418,8 @@ class Gateway:
             await asyncio.sleep(0.05)
         if grpc_drained is not None:
             await grpc_drained
+        if epp_drained is not None:
+            await epp_drained
         self._tracker.close_all()
         self._tracker.stop_idle_sweep()
         if self.http2 is not None:

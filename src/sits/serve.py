@@ -42,6 +42,8 @@ async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool
     print(f"sits ready on http://{gateway.host}:{gateway.bound_port}", flush=True)
     if gateway.grpc is not None:
         print(f"sits gRPC ready on {gateway.host}:{gateway.grpc.bound_port}", flush=True)
+    if gateway.epp is not None:
+        print(f"sits endpoint picker (ext_proc) ready on {gateway.host}:{gateway.epp.bound_port}", flush=True)
     if gateway.http2 is not None and gateway.http2.h2c_bound_port is not None:
         print(f"sits HTTP/2 (h2c) ready on http://{gateway.host}:{gateway.http2.h2c_bound_port}", flush=True)
     if gateway.http2 is not None and gateway.http2.tls_bound_port is not None:

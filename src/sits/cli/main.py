@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-port", type=int, help="also serve gRPC (docs/grpc.md) on this port, e.g. 50051")
     serve.add_argument("--http2-port", type=int,
                        help="also serve HTTP/2 cleartext (h2c, prior knowledge; docs/grpc.md) on this port")
+    serve.add_argument("--epp-port", type=int,
+                       help="also serve Envoy's ext_proc endpoint-picker protocol and gRPC health "
+                            "(docs/envoy.md) on this port, e.g. 9002")
     serve.set_defaults(run=_serve)
 
     chat = sub.add_parser("chat", help="ask one question through a gateway and stream the answer")
@@ -96,6 +99,10 @@ def _serve(args: argparse.Namespace) -> int:
         from sits.api.grpc_server import with_grpc_port
 
         config = with_grpc_port(config, args.grpc_port)
+    if args.epp_port is not None:
+        from sits.api.epp_server import with_epp_port
+
+        config = with_epp_port(config, args.epp_port)
     if args.http2_port is not None:
         from sits.api.http2_door import with_http2_port
 

@@ -111,11 +111,17 @@ class ServerConfig(_Strict):
     grpc_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     # HTTP/2 on the HTTP door (docs/grpc.md): cleartext h2 with prior knowledge on this port; unset: off.
     http2_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    # The endpoint picker (Envoy ext_proc + gRPC health, docs/envoy.md) on this port; unset: off; 0: a free port.
+    epp_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    # Endpoints the picker lists after its pick (same model), for a proxy that retries down the list;
+    # 0: the pick alone (what Envoy's ORIGINAL_DST cluster reading the header needs).
+    epp_fallbacks: Annotated[int, Field(ge=0, le=8)] = 0
     tls: TlsConfig | None = None  # unset: no TLS listener
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServerConfig:
         named = {"port": self.port, "grpc_port": self.grpc_port, "http2_port": self.http2_port,
+                 "epp_port": self.epp_port,
                  "tls.port": self.tls.port if self.tls is not None else None}
         seen: dict[int, str] = {}
         for key, port in named.items():

@@ -1,0 +1,156 @@
+"""Scheduling without sending: the endpoints of a model (or of `auto`'s tier) ranked best first.
+
+The director schedules and then sends; a door that only picks (the endpoint picker behind Envoy,
+api/epp/) needs the same views and the same decision, and nothing else. The pieces here build them
+the way the director does (health and circuit state, live stats, engine load, the model's declared
+metadata, prefix affinity, adapter and tokenizer hints), with one addition the picker needs: an
+`allowed` predicate that keeps only some endpoints (the proxy's subset hint).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sits.errors import ContextTooLong, ModelNotCapable, SitsError
+from sits.pipeline.admission_step import Admission
+from sits.pipeline.context import RoutingRequest
+from sits.pipeline.scheduling_hints import SchedulingHints
+from sits.scheduling.framework import Decision
+from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
+from sits.scheduling.scheduler import Scheduler
+from sits.scheduling.types import EndpointView, SchedulingRequest
+from sits.state.circuit_breaker import CircuitBreakers
+from sits.state.endpoint_health import HealthBoard
+from sits.state.endpoint_stats import StatsStore
+from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from sits.understanding.tier_rule import nearest_tiers
+
+DEFAULT_ENDPOINT_CAPACITY = 4  # requests an endpoint takes at once, for a tier's load, when nothing says
+Allowed = Callable[[Endpoint], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """A model and its endpoints best first (empty: none can take the request, `error` says why if
+    the request itself is the reason), with the x-sits-route value of the decision."""
+
+    model: ModelEntry
+    endpoints: tuple[Endpoint, ...]
+    route: str
+    error: SitsError | None = None
+
+
+class PoolPlanner:
+    def __init__(self, scheduler: Scheduler, stats: StatsStore, health: HealthBoard, breakers: CircuitBreakers,
+                 admission: Admission | None, rng: random.Random,
+                 hints: Callable[[], SchedulingHints | None] = lambda: None) -> None:
+        self._scheduler = scheduler
+        self._stats = stats
+        self._health = health
+        self._breakers = breakers
+        self._admission = admission
+        self._rng = rng
+        self._hints = hints
+
+    def views(self, model: ModelEntry, now: float, allowed: Allowed | None = None) -> list[EndpointView]:
+        """Each (allowed) endpoint's live signals, plus its model's declared metadata."""
+        context_window, features, tier = model.context_window, model.features, model.tier
+        sla_ms, price = model.latency_p95_ms, (model.cost_per_1k_input or 0.0) + (model.cost_per_1k_output or 0.0)
+        available, allows = self._health.available, self._breakers.allows
+        limits = self._admission.limits if self._admission is not None else None
+        views = []
+        for e in model.endpoints:
+            if allowed is not None and not allowed(e):
+                continue
+            s = self._stats.get(e.id)
+            engine = s.engine
+            if limits is not None and engine is not None:
+                limits.get(e.id).observe_engine(engine)  # engine queue / KV-cache pressure caps the limit
+            views.append(EndpointView(
+                e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s,
+                s.latency_p95_s, s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
+                (engine.waiting or 0) if engine else 0, engine.kv_cache_usage if engine else None,
+                engine.memory_usage if engine else None,
+                s.dynamic_weight, features, context_window, tier, price, sla_ms,
+            ))
+        return views
+
+    def model(self, model: ModelEntry, request: RoutingRequest, now: float,
+              allowed: Allowed | None = None) -> Picked:
+        """The model's (allowed) endpoints best first."""
+        views = self.views(model, now, allowed)
+        if not any(v.healthy for v in views):
+            return Picked(model, (), f"profile=none; pick=none; reason=no endpoint of {model.name} ready")
+        wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
+                                   request.max_tokens, request.needs, request.sla_ms,
+                                   prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
+        hints = self._hints()
+        if hints is not None:
+            wanted = hints.hinted(model, request.prompt_text, wanted)
+        decision = self._scheduler.schedule(wanted, views, self._rng)
+        if not decision.candidates:
+            return Picked(model, (), decision.route_header(), rejection(model, wanted, decision))
+        by_id = {e.id: e for e in model.endpoints}
+        return Picked(model, tuple(by_id[v.id] for v in decision.candidates), decision.route_header())
+
+    def tier(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
+             allowed: Allowed | None = None) -> Picked:
+        """`auto`'s pick: one decision over every (allowed) endpoint of every model of the tier, the
+        nearest tiers in turn when none of the tier's can take it; the best model with its endpoints
+        best first."""
+        for candidate_tier in nearest_tiers(tier):
+            models = table.models_in_tier(candidate_tier)
+            views = [v for m in models for v in self.views(m, now, allowed)]
+            if not views:
+                continue
+            # model "": the pool spans models; no prefix affinity (another model's cache holds nothing of this)
+            wanted = SchedulingRequest("", request.api, request.stream, len(request.prompt_text) // 4,
+                                       request.max_tokens, request.needs, request.sla_ms)
+            decision = self._scheduler.schedule(wanted, views, self._rng)
+            if not decision.candidates:
+                continue
+            by_id = {e.id: e for m in models for e in m.endpoints}
+            best = decision.candidates[0].model
+            ranked = [by_id[v.id] for v in _ranked(decision) if v.model == best]
+            endpoints = tuple(dict.fromkeys(ranked))
+            return Picked(table.models[best], endpoints, f"{decision.route_header()}; tier={candidate_tier}")
+        # Nothing can take it: the needed tier's first model answers why (e.g. a feature no model has).
+        fallback = table.models_in_tier(tier) or list(table.models.values())
+        return self.model(fallback[0], request, now, allowed)
+
+    def tier_load(self, table: RoutingTable, tier: str) -> float:
+        """A tier's own in-flight fraction in [0, 1], as the director counts it (the tier rule's input)."""
+        busy = capacity = 0
+        limits = self._admission.limits if self._admission is not None else None
+        for model in table.models_in_tier(tier):
+            ids = [e.id for e in model.endpoints]
+            busy += sum(self._stats.get(i).in_flight for i in ids)
+            room = limits.total(ids) if limits is not None else DEFAULT_ENDPOINT_CAPACITY * len(ids)
+            capacity += min(room, model.max_concurrency) if model.max_concurrency else room
+        return min(1.0, busy / capacity) if capacity else 1.0
+
+
+def _ranked(decision: Decision) -> list[EndpointView]:
+    """The picked candidates, then every other survivor of the filters by total score."""
+    ranked = list(decision.candidates)
+    if decision.totals:
+        order = sorted(range(len(decision.scored)), key=decision.totals.__getitem__, reverse=True)
+        ranked += [decision.scored[j] for j in order]
+    return ranked
+
+
+def rejection(model: ModelEntry, wanted: SchedulingRequest, decision: Decision) -> SitsError | None:
+    """When no endpoint is left because of the request itself (a window too small, a missing
+    feature), the client's error; None when the endpoints are the reason."""
+    if decision.rejected_by == "capability-filter":
+        declared = model.features or frozenset()
+        missing = ", ".join(sorted(wanted.needs - declared))
+        return ModelNotCapable(f"The model '{model.name}' does not support {missing} (its features: "
+                               f"{', '.join(sorted(declared)) or 'none'}).", param="model")
+    if decision.rejected_by == "context-window-filter":
+        return ContextTooLong(f"This model's maximum context length is {model.context_window} tokens; the messages "
+                              f"need about {wanted.prompt_tokens_estimate + wanted.max_tokens} tokens. Please "
+                              "reduce the length of the messages.", param="messages")
+    return None
