@@ -13,7 +13,7 @@ import random
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -29,8 +29,6 @@ from sits.api.dispatch import Dispatcher
 from sits.api.engine_routes import SLEEPING as ENGINES_SLEEPING
 from sits.api.engine_routes import SWITCH as ENGINE_SWITCH
 from sits.api.engine_routes import EngineRoutes
-from sits.api.epp.picker import EndpointPicker
-from sits.api.epp_server import EppServer
 from sits.api.error_responses import render_error
 from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
@@ -94,6 +92,9 @@ from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sou
 from sits.understanding.understander import RequestUnderstander
 
 log = logging.getLogger("sits")
+
+if TYPE_CHECKING:
+    from sits.api.epp_server import EppServer
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -294,13 +295,18 @@ class Gateway:
                                config.server.grpc_port, config.server.max_body_bytes, observer) \
             if config.server.grpc_port is not None else None
         # The endpoint picker (docs/envoy.md): Envoy's ext_proc; the same scheduling, no traffic sent by SITS.
-        self.epp = EppServer(EndpointPicker(
-            self.routing_table, PoolPlanner(self._scheduler, self._stats, self._health, self._breakers, self.admission,
-                                            random.Random(rng_seed), lambda: hints),
-            self.admission, self._client_keys, self._stats, self._clock, lambda: self._understander, lambda: hints,
-            self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
-            config.server.epp_port, self.readiness) \
-            if config.server.epp_port is not None else None
+        self.epp: EppServer | None = None
+        if config.server.epp_port is not None:
+            # Imported only here: the Envoy stubs come with the `epp` extra (xds-protos, docs/envoy.md).
+            from sits.api.epp.picker import EndpointPicker
+            from sits.api.epp_server import EppServer
+
+            self.epp = EppServer(EndpointPicker(
+                self.routing_table, PoolPlanner(self._scheduler, self._stats, self._health, self._breakers,
+                                                self.admission, random.Random(rng_seed), lambda: hints),
+                self.admission, self._client_keys, self._stats, self._clock, lambda: self._understander,
+                lambda: hints, self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
+                config.server.epp_port, self.readiness)
         # HTTP/2: h2c and HTTPS with ALPN (docs/grpc.md), the same handler behind more listeners.
         self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,
                                self._http1_protocol) \

@@ -103,7 +103,8 @@ class EndpointPicker:
             if self._admission is not None else 1
         routing = RequestIntake.routing(api_path, schema, parsed, parsed.get("stream") is True, request, request_id,
                                         prompt_text, priority, "anonymous", None)
-        resolved = await self._resolver().resolve(table, routing)
+        resolver = self._resolver()
+        resolved = resolver.named(table, routing) or await resolver.resolve(table, routing)
         tier: str | None = None
         if isinstance(resolved, Resolution):
             if resolved.workflow is not None:
