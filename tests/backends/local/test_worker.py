@@ -250,3 +250,21 @@ async def test_metrics_report_load_and_memory_pressure(smollm2_url: str, client:
     await asyncio.gather(*queued)
     busy = seen[-1]
     assert busy is not None and busy.running == 1 and busy.waiting == 2, seen[-3:]
+
+
+async def test_a_follow_up_turn_answers_alike_whatever_the_cache_holds(client: openai.AsyncOpenAI) -> None:
+    """The second turn shares its prefix with the first turn's cached prompt and answer (reused), and is
+    asked again after unrelated requests (little reused) and twice in a row (all but its tail reused)."""
+    async def chat(messages: list[dict[str, str]]) -> str | None:
+        reply = await client.chat.completions.create(model=SMOLLM2.name, messages=messages, max_tokens=8,
+                                                     temperature=0)
+        return reply.choices[0].message.content
+
+    first = [{"role": "user", "content": "Name a color."}]
+    answer = await chat(first)
+    follow_up = [*first, {"role": "assistant", "content": answer or ""}, {"role": "user", "content": "Why that one?"}]
+    right_after = await chat(follow_up)
+    await chat([{"role": "user", "content": "Say hello in three words."}])
+    after_others = await chat(follow_up)
+    again = await chat(follow_up)
+    assert right_after and right_after == after_others == again

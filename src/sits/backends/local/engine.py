@@ -51,6 +51,8 @@ class _Failed:
 
 
 _DONE = object()
+# Prompts are evaluated in chunks cut at multiples of this (`LlamaEngine._prefill`).
+PREFILL_CHUNK = 64
 
 
 class LlamaEngine:
@@ -67,6 +69,7 @@ class LlamaEngine:
         self._turn = asyncio.Lock()
         self._llama: Llama | None = None
         self._chat_formatter: Any = None
+        self._reusable = 0  # cached positions evaluated as whole prompt chunks (`_prefill`)
         self.running = 0  # generations on the model now (0 or 1)
         self.waiting = 0  # generations queued behind it
 
@@ -165,7 +168,6 @@ class LlamaEngine:
         llama = self._llama
         if llama is None:
             raise SitsError("model is not loaded", code="model_not_loaded", http_status=503)
-        _forget_previous_generation(llama)
         params = job.params
         sampling: dict[str, Any] = {
             "max_tokens": params.max_tokens,
@@ -179,8 +181,10 @@ class LlamaEngine:
         }
         if job.messages is not None and self._prompt_format == "chat-template":
             messages = [_template_message(m) for m in job.messages]
-            prompt_tokens = self._count_chat_prompt(llama, messages)
+            tokens = self._chat_prompt_tokens(llama, messages)
+            prompt_tokens = len(tokens)
             self._check_context(prompt_tokens, param="messages")
+            self._prefill(llama, tokens)
             chunks = llama.create_chat_completion(
                 messages=messages, stop=list(params.stop), **sampling
             )
@@ -192,8 +196,10 @@ class LlamaEngine:
             else:
                 prompt = job.prompt or ""
                 stops = list(params.stop)
-            prompt_tokens = len(llama.tokenize(prompt.encode(), add_bos=True, special=True))
+            tokens = llama.tokenize(prompt.encode(), add_bos=True, special=True)
+            prompt_tokens = len(tokens)
             self._check_context(prompt_tokens, param="prompt" if job.prompt is not None else "messages")
+            self._prefill(llama, tokens)
             chunks = llama.create_completion(prompt=prompt, stop=stops, **sampling)
             text_key = "text"
         finish_reason = "stop"
@@ -216,12 +222,39 @@ class LlamaEngine:
         completion_tokens = evaluated if finish_reason == "stop" else evaluated + 1
         yield GenerationEnd(finish_reason, prompt_tokens, completion_tokens)
 
-    def _count_chat_prompt(self, llama: Llama, messages: list[dict[str, str]]) -> int:
+    def _prefill(self, llama: Llama, tokens: list[int]) -> None:
+        """Evaluate the prompt in fixed, aligned chunks, reusing only whole chunks of an earlier prompt, so
+        that an answer depends on its request alone and never on what the engine did before.
+
+        On the CPU backend the logits of a token depend on how its batch was cut: a prompt evaluated as
+        one batch, or as a cached prefix plus the rest, or ending in a one-token batch (what
+        llama-cpp-python's own prefix reuse does when the whole prompt is cached) gives different first
+        tokens; "Name a color." answered differently when it followed itself (SmolLM2's top two logits
+        moved by 0.3; Gemma-3 moves for most cuts). llama.cpp's server documents the same for
+        `cache_prompt`. Cutting every prompt at the same positions, [0, C), [C, 2C), ..., makes a fresh
+        evaluation and a reusing one the same computation; the KV of generated tokens and of a prompt's
+        last partial chunk is never reused, since a later prompt cuts those positions differently.
+        generate() then finds the whole prompt evaluated and samples from its last logits."""
+        chunk = PREFILL_CHUNK
+        held = min(llama.n_tokens, self._reusable)
+        common = 0
+        for cached, wanted in zip(llama.input_ids[:held].tolist(), tokens):
+            if cached != wanted:
+                break
+            common += 1
+        start = (common // chunk) * chunk
+        if start == len(tokens):  # the whole prompt is cached in whole chunks: its last one is redone
+            start -= chunk
+        llama.n_tokens = start  # eval() drops the KV cache from here on
+        for begin in range(start, len(tokens), chunk):
+            llama.eval(tokens[begin:begin + chunk])
+        self._reusable = (len(tokens) // chunk) * chunk
+
+    def _chat_prompt_tokens(self, llama: Llama, messages: list[dict[str, str]]) -> list[int]:
         formatted = self._chat_formatter(messages=messages)
-        tokens = llama.tokenize(
+        return llama.tokenize(
             formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
         )
-        return len(tokens)
 
     def _check_context(self, prompt_tokens: int, *, param: str) -> None:
         if prompt_tokens >= self._n_ctx:
@@ -230,23 +263,6 @@ class LlamaEngine:
                 f"is {self._n_ctx} tokens",
                 param=param,
             )
-
-
-def _forget_previous_generation(llama: Llama) -> None:
-    """Start every generation from an empty KV cache, so that an answer depends on its request only.
-
-    llama-cpp-python reuses the longest cached prefix of the previous generation and evaluates only
-    the rest of the prompt; when the whole prompt is cached it re-evaluates just the last token. On
-    the CPU backend a one-token batch goes through a different matmul path than a longer one, so the
-    logits of the first sampled token move (about 0.3 on SmolLM2's top two here, enough to flip a
-    greedy pick): "Name a color." answered differently when it followed itself. llama.cpp's server
-    documents the same for `cache_prompt`. The cost is re-evaluating the prompt each time."""
-    import llama_cpp
-
-    memory = llama_cpp.llama_get_memory(llama.ctx)
-    if memory is not None:
-        llama_cpp.llama_memory_clear(memory, True)
-    llama.reset()
 
 
 def _template_message(message: ChatMessage) -> dict[str, str]:
