@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,11 +18,23 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.deploy.manifests import gateway_deployment
-from tests.test_cli import free_port, wait_ready
 from tests.upstream_server import FakeUpstream
 
 DRAIN_TIMEOUT_S = 20.0
 REPLICA = "sits-7c9d8f6b5-x2x4q"  # a pod name, as the downward API gives it
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_ready(port: int, timeout: float = 45.0) -> None:
+    deadline = time.monotonic() + timeout
+    while await readiness(port) != 200:
+        assert time.monotonic() < deadline, f"gateway on {port} not ready"
+        await asyncio.sleep(0.1)
 
 
 async def readiness(port: int) -> int | str:
