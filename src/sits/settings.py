@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sits.control.cluster_config import REPLICA_ID_PATTERN
 from sits.errors import ConfigError
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "sits"
+# What `cluster.replica_id` accepts (control/cluster_config.py), up to 128 characters.
+REPLICA_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 
 
 @dataclass(frozen=True, slots=True)

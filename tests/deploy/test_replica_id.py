@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from sits.app import Gateway
+from sits.control.cluster_config import ClusterConfig
 from sits.control.config import parse_config
 from sits.errors import ConfigError
 from sits.settings import Settings
@@ -25,3 +27,19 @@ def test_the_environment_names_the_replica_and_wins_over_the_config(tmp_path):
 def test_a_malformed_replica_id_stops_startup_naming_the_variable(bad):
     with pytest.raises(ConfigError, match="SITS_REPLICA_ID"):
         Settings.from_env({"SITS_REPLICA_ID": bad})
+
+
+@pytest.mark.parametrize("name", ["sits-7c9d8f6b5-x2x4q", "gw-eu-1", "a", "host:8080", "r@x.y", "-x", "a b", "a/b",
+                                  "x" * 128, "x" * 129, "é"])
+def test_the_environment_accepts_exactly_the_ids_the_config_accepts(name):
+    try:
+        ClusterConfig(replica_id=name)
+        by_config = True
+    except ValidationError:
+        by_config = False
+    try:
+        Settings.from_env({"SITS_REPLICA_ID": name})
+        by_env = True
+    except ConfigError:
+        by_env = False
+    assert by_env == by_config

@@ -10,9 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 
-REPLICA_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"  # at most 128 characters
-
-
 class ClusterConfig(BaseModel):
     """No transport (neither `redis_url` nor `peers`): a cluster of one; aliases still switch locally."""
 
@@ -20,7 +17,7 @@ class ClusterConfig(BaseModel):
 
     # Stable across restarts, unique in the cluster. Default: "<hostname>:<port>".
     # SITS_REPLICA_ID, when set, wins (on Kubernetes: the pod name, through the downward API).
-    replica_id: Annotated[str, Field(min_length=1, max_length=128, pattern=REPLICA_ID_PATTERN)] | None = None
+    replica_id: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")] | None = None
     redis_url: str | None = None  # e.g. redis://10.0.0.5:6379/0
     namespace: Annotated[str, Field(min_length=1, max_length=128)] = "sits:cluster"  # Redis key prefix
     peers: list[str] = []  # other replicas' base URLs, for HTTP anti-entropy (e.g. http://10.0.0.6:8080)
