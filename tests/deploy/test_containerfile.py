@@ -81,11 +81,21 @@ def test_local_models_are_an_opt_in_build_arg_and_the_default_image_is_slim():
     assert all("${PYTHON_IMAGE}" in f for f in froms)
     (base,) = [args for word, args in steps if word == "ARG" and args.startswith("PYTHON_IMAGE=")]
     assert "-slim" in base
-    args = [a for word, a in steps if word == "ARG" and a.startswith("WITH_LOCAL_MODELS")]
-    assert args and all(a == "WITH_LOCAL_MODELS=false" for a in args)  # declared per stage, off by default
+    for name in ("WITH_LOCAL_MODELS", "WITH_EPP"):
+        args = [a for word, a in steps if word == "ARG" and a.startswith(f"{name}=")]
+        assert args and all(a == f"{name}=false" for a in args)  # declared per stage, off by default
     install = " ".join(a for word, a in steps if word == "RUN" and "pip install" in a)
-    assert '".[local]"' in install or "'.[local]'" in install or '.[local]' in install
-    assert "WITH_LOCAL_MODELS" in install
+    assert 'if [ "$WITH_LOCAL_MODELS" = "true" ]; then extras="local"; fi' in install
+    assert 'if [ "$WITH_EPP" = "true" ]; then extras="${extras:+$extras,}epp"; fi' in install
+    assert 'pip install --no-cache-dir ".${extras:+[$extras]}"' in install  # "." alone when neither is asked
+
+
+def test_the_epp_build_puts_back_the_proto_files_as_the_readme_install_does():
+    install = " ".join(a for word, a in instructions() if word == "RUN" and "--force-reinstall" in a)
+    readme = (REPO / "README.md").read_text()
+    ours = set(re.search(r"--force-reinstall --no-deps (.*?);", install).group(1).split())
+    theirs = set(re.search(r"--force-reinstall --no-deps (.*?) &&", readme).group(1).split())
+    assert ours == theirs
 
 
 def test_what_the_image_copies_exists_and_is_not_ignored():
