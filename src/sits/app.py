@@ -249,7 +249,8 @@ class Gateway:
         tokenizer_routes = TokenizerRoutes(self.tokenizers, self.routing_table, admin_guard)
         # Replicated aliases and state (docs/replication.md); a cluster of one without a transport.
         self.cluster = ClusterNode(
-            config.cluster, replica_id(config.cluster.replica_id or f"{socket.gethostname()}:{self.port}", settings),
+            config.cluster, replica_id(settings.replica_id or config.cluster.replica_id
+                                     or f"{socket.gethostname()}:{self.port}", settings),
             settings.data_dir,
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed),
             workers_folder=share_folder / "cluster" if share_folder is not None else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 from sits.errors import ConfigError
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "sits"
+# What `cluster.replica_id` accepts (control/cluster_config.py), up to 128 characters.
+REPLICA_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,8 @@ class Settings:
     otel_endpoint: str | None = None
     otel_sampling_ratio: float | None = None
     data_dir: Path = field(default_factory=lambda: DEFAULT_DATA_DIR)
+    # This replica's id in the cluster (docs/replication.md); wins over `cluster.replica_id`.
+    replica_id: str | None = None
     # The environment, for secrets named in config (api_key_env); never logged.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -56,6 +61,10 @@ class Settings:
         log_format = environ.get("SITS_LOG_FORMAT", "json")
         if log_format not in ("json", "text"):
             raise ConfigError(f"environment variable SITS_LOG_FORMAT must be json or text, got {log_format!r}")
+        replica = environ.get("SITS_REPLICA_ID") or None
+        if replica is not None and (len(replica) > 128 or not re.match(REPLICA_ID_PATTERN, replica)):
+            raise ConfigError(f"environment variable SITS_REPLICA_ID must be 1-128 characters of letters, digits and "
+                              f"._:@- starting with a letter or digit, got {replica!r}")
         config = environ.get("SITS_CONFIG")
         data_dir = environ.get("SITS_DATA_DIR")
         return cls(
@@ -69,6 +78,7 @@ class Settings:
             or None,
             otel_sampling_ratio=ratio("OTEL_SAMPLING_RATIO"),
             data_dir=Path(data_dir) if data_dir else DEFAULT_DATA_DIR,
+            replica_id=replica,
             secrets=dict(environ),
         )
 

@@ -16,6 +16,7 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     # Stable across restarts, unique in the cluster. Default: "<hostname>:<port>".
+    # SITS_REPLICA_ID, when set, wins (on Kubernetes: the pod name, through the downward API).
     replica_id: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")] | None = None
     redis_url: str | None = None  # e.g. redis://10.0.0.5:6379/0
     namespace: Annotated[str, Field(min_length=1, max_length=128)] = "sits:cluster"  # Redis key prefix
