@@ -23,9 +23,12 @@ Needed tier of a prompt (label), from the routing files' per-model scores:
 Exact 3-tier labels come from RouterBench (all tiers tested), "heavy" also from RouteLLM (GPT-4 right,
 Mixtral wrong) and "tiny" also from RouterDC (a 7-8B model right).
 
-Objective: maximise the macro-averaged recall of the three tiers over prompts with an exact label on a
-seeded, stratified half (the calibration half); ties go to the cheaper assignment. All figures reported
-as held-out are on the other half. The task-type file (intents/) is only a secondary view: what share of
+Objective, on a seeded half stratified by source, dataset and label (the calibration half): each cut-off
+maximises the balanced accuracy (mean of the two class recalls) of its own question, "tiny vs needs more"
+for tiny_below and "heavy vs needs less" for heavy_from, over every prompt whose label answers it; ties go
+to the cheaper cut-off. (The 3-tier macro recall over exact labels is also searched and reported, not
+adopted: base labels come from RouterBench alone, so it learns that file's prompt templates.) All figures
+reported as held-out are on the other half. The task-type file (intents/) is only a secondary view: what share of
 each task type goes to each tier.
 
 Writes bench/results/auto-tier-calibration.{json,md}. The pure functions (labels, cut-off search,
@@ -35,6 +38,7 @@ metrics) are unit-tested in tests/understanding/test_tier_calibration.py.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -71,7 +75,7 @@ def cost_groups(mean_cost: Mapping[str, float], n_groups: int = 3) -> list[list[
     gaps = [(math.log(mean_cost[order[i + 1]]) - math.log(mean_cost[order[i]]), i) for i in range(len(order) - 1)]
     cuts = sorted(i for _, i in sorted(gaps, key=lambda g: (-g[0], g[1]))[: n_groups - 1])
     bounds = [0, *(i + 1 for i in cuts), len(order)]
-    return [order[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [order[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def needed_interval(scores: Mapping[str, float], model_tier: Mapping[str, int],
@@ -448,35 +452,35 @@ def render_md(res: dict) -> str:
     ch = res["rules"]["chosen"]
     se = res["search"]
     L = ["# `model: \"auto\"` tier cut-offs, calibrated", "",
-         f"Command: `{res['command']}` (seed {res['seed']}, {res['seconds']:.0f} s on 2 cores). "
-         f"Rule: score = {res['alpha']:g}·(1 − excess) + {res['beta']:g}·complexity; all figures at idle (excess 0).", "",
-         f"**Chosen defaults: tiny_below = {ch['tiny_below']:g}, heavy_from = {ch['heavy_from']:g}** (idle complexity "
+         (f"Command: `{res['command']}` (seed {res['seed']}, {res['seconds']:.0f} s on 2 cores). "
+         f"Rule: score = {res['alpha']:g}·(1 − excess) + {res['beta']:g}·complexity; all figures at idle (excess 0)."), "",
+         (f"**Chosen defaults: tiny_below = {ch['tiny_below']:g}, heavy_from = {ch['heavy_from']:g}** (idle complexity "
          f"cut-offs {ch['c_tiny']:.3f} / {ch['c_heavy']:.3f}). Objective: {res['objective']}. Calibration half: "
          f"tiny question {se['tiny']['balanced_accuracy']:.3f} ({se['tiny']['n']} prompts), heavy question "
          f"{se['heavy']['balanced_accuracy']:.3f} ({se['heavy']['n']} prompts); exact cut-offs "
-         f"{se['tiny_below']:.4f} / {se['heavy_from']:.4f}.", "",
+         f"{se['tiny_below']:.4f} / {se['heavy_from']:.4f}."), "",
          "## Labels", "",
-         "Needed tier = the cheapest tier with a model scoring ≥ 0.5. RouterBench's 11 models are split into "
-         "tiers at the two largest gaps in log mean cost per prompt:", ""]
+         ("Needed tier = the cheapest tier with a model scoring ≥ 0.5. RouterBench's 11 models are split into "
+         "tiers at the two largest gaps in log mean cost per prompt:"), ""]
     for t, g in enumerate(res["labels"]["routerbench_groups"]):
         L.append(f"- {TIERS[t]}: " + ", ".join(f"{x['model']} (${x['mean_cost_usd']:.6f})" for x in g))
-    L += ["", "RouteLLM tests Mixtral-8x7B (base) and GPT-4 (heavy) only; RouterDC tests seven 7-8B models (tiny) "
+    L += ["", ("RouteLLM tests Mixtral-8x7B (base) and GPT-4 (heavy) only; RouterDC tests seven 7-8B models (tiny) "
           "only. An untested tier counts as failing when a more expensive tested tier failed, so RouteLLM gives "
           "exact *heavy* labels (GPT-4 right, Mixtral wrong) and *≤base*; RouterDC gives exact *tiny* and "
           "*≥base*. Unsolved prompts (no tested model right) are excluded from the calibration. Split: "
           f"{res['split']['calibration']} calibration / {res['split']['held_out']} held-out prompts, stratified by "
-          "source, dataset and label.", "",
+          "source, dataset and label."), "",
           "| source | " + " | ".join(res["label_counts_columns"]) + " |",
           "|---|" + "---:|" * len(res["label_counts_columns"])]
     for src, cnt in res["label_counts"].items():
         L.append(f"| {src} | " + " | ".join(str(cnt.get(k, 0)) for k in res["label_counts_columns"]) + " |")
     L += ["", "## Held-out half", "",
-          "Tiny question: tiny-needed prompts sent to tiny / prompts needing more sent above tiny (RouterBench, "
+          ("Tiny question: tiny-needed prompts sent to tiny / prompts needing more sent above tiny (RouterBench, "
           "RouterDC, RouteLLM's heavy). Heavy question: heavy-needed sent to heavy / prompts needing less sent "
           "below heavy (RouterBench, RouteLLM, RouterDC's tiny). 3-tier recall: pooled exact labels. Cost: "
-          "traffic-weighted mean RouterBench cost of the tiers' models, relative to sending everything to heavy.", "",
-          "| rule | tiny question: recalls (balanced) | heavy question: recalls (balanced) | 3-tier recall tiny / base / heavy "
-          "(macro) | traffic tiny / base / heavy (all routing prompts) | cost |",
+          "traffic-weighted mean RouterBench cost of the tiers' models, relative to sending everything to heavy."), "",
+          ("| rule | tiny question: recalls (balanced) | heavy question: recalls (balanced) | 3-tier recall tiny / base / heavy "
+          "(macro) | traffic tiny / base / heavy (all routing prompts) | cost |"),
           "|---|---|---|---|---|---:|"]
     for name, desc in res["rule_names"].items():
         h = held[name]
@@ -508,8 +512,8 @@ def render_md(res: dict) -> str:
           "| source | needs more than tiny vs tiny | needs heavy vs less |", "|---|---:|---:|"]
     for src, sv in res["separation_held_out"].items():
         L.append(f"| {src} | {_f3(sv['above_tiny_vs_tiny'])} | {_f3(sv['heavy_vs_below'])} |")
-    L += ["", "RouterBench complexity quartiles by dataset and needed tier (all its prompts): the score tells the "
-          "datasets' prompt templates apart, not the tiers within a dataset.", "",
+    L += ["", ("RouterBench complexity quartiles by dataset and needed tier (all its prompts): the score tells the "
+          "datasets' prompt templates apart, not the tiers within a dataset."), "",
           "| dataset / needed | n | q25 / q50 / q75 |", "|---|---:|---|"]
     for k, v in res["routerbench_complexity_by_dataset"].items():
         L.append(f"| {k} | {v['n']} | {' / '.join(f'{q:.3f}' for q in v['q25_q50_q75'])} |")
@@ -617,25 +621,25 @@ def main(argv: Sequence[str] | None = None) -> dict:
     hc, ho, hf_ = held_res["chosen"], held_res["old_defaults_new_formula"], held_res["old_formula"]
     aucs = [v for sv in sep.values() for v in (sv["above_tiny_vs_tiny"], sv["heavy_vs_below"]) if v is not None]
     notes = [
-        f"Complexity separates the needed tiers weakly: held-out AUCs {min(aucs):.2f}-{max(aucs):.2f}, about 0.6 on "
+        (f"Complexity separates the needed tiers weakly: held-out AUCs {min(aucs):.2f}-{max(aucs):.2f}, about 0.6 on "
         "RouterDC and RouteLLM (near what RouteLLM reports for a plain prompt-length rule) and below 0.5 on "
         "RouterBench, where the score mostly reflects each dataset's prompt template. The chosen cut-offs are the "
         "best this score allows under the objective, not a good router: held-out balanced accuracy "
         f"{hc['tiny_boundary']['balanced_accuracy']:.3f} (tiny question) and {hc['heavy_boundary']['balanced_accuracy']:.3f} "
-        "(heavy question), where 0.5 is a constant or random choice.",
-        f"The idle base band is narrow (complexity {chosen['c_tiny']:.3f}-{chosen['c_heavy']:.3f}): balanced accuracy "
+        "(heavy question), where 0.5 is a constant or random choice."),
+        (f"The idle base band is narrow (complexity {chosen['c_tiny']:.3f}-{chosen['c_heavy']:.3f}): balanced accuracy "
         "puts each cut near where the two classes' score distributions cross, and they cross at nearly the same "
         f"complexity for both questions. {_pct(hc['traffic_all_prompts']['heavy'])} of routing prompts go heavy "
         f"(cost {_pct(hc.get('relative_cost'))} of all-heavy); an operator who prices heavy calls higher than "
-        "missing them should raise heavy_from.",
-        "Old defaults under the new formula: the idle score is at least alpha = 0.4 > 0.3, so nothing goes to tiny "
+        "missing them should raise heavy_from."),
+        ("Old defaults under the new formula: the idle score is at least alpha = 0.4 > 0.3, so nothing goes to tiny "
         f"(traffic {' / '.join(_pct(ho['traffic_all_prompts'][t]) for t in TIERS)}); under the old formula the idle "
-        f"score is at most 0.6 < 0.7, so nothing goes to heavy (traffic {' / '.join(_pct(hf_['traffic_all_prompts'][t]) for t in TIERS)}).",
-        "Not adopted: the 3-tier macro recall over the pooled exact labels. Base labels come only from RouterBench, "
+        f"score is at most 0.6 < 0.7, so nothing goes to heavy (traffic {' / '.join(_pct(hf_['traffic_all_prompts'][t]) for t in TIERS)})."),
+        ("Not adopted: the 3-tier macro recall over the pooled exact labels. Base labels come only from RouterBench, "
         "so that search learns RouterBench's templates (Winogrande and ARC to base, the other files to tiny) and "
-        "never uses heavy; over RouterBench alone (15 heavy prompts per half) it overfits. Both are in the table.",
-        "Labels are noisy: most prompts are multiple choice (Winogrande has two options), so a small model that "
-        "guesses is often 'right' and the tiny label is inflated; RouteLLM's labels rest on one base model.",
+        "never uses heavy; over RouterBench alone (15 heavy prompts per half) it overfits. Both are in the table."),
+        ("Labels are noisy: most prompts are multiple choice (Winogrande has two options), so a small model that "
+        "guesses is often 'right' and the tiny label is inflated; RouteLLM's labels rest on one base model."),
         "Unsolved prompts are excluded from the calibration; where the chosen rule sends them is shown above.",
         "Under load the new rule subtracts alpha·excess from the score, moving prompts down a tier; these are idle figures.",
     ]
