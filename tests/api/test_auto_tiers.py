@@ -118,3 +118,25 @@ async def test_no_model_anywhere_can_take_it_is_a_400(upstream, start_gateway, t
         await client.chat.completions.create(model="auto", messages=HI, tools=TOOLS)
     assert info.value.code == "model_not_capable"
     assert upstream.log.requests == []
+
+
+PROOF = ("Prove that the sum of the first n odd numbers is n squared, then prove the following 40 statements "
+         "step by step, justifying each step:\n" + "\n".join(
+             f"{i}. Show that if x_{i} = {i}*x_{i - 1} + {i * i} then x_{i} > {i} * (x_{i - 1} - 1), using "
+             f"induction on n and the bound from step {i - 1}." for i in range(1, 41)))
+
+
+async def test_with_understanding_on_a_long_proof_needs_the_heavy_tier_when_idle(upstream, upstream_b,
+                                                                                   start_gateway):
+    """Idle, the old rule scored 0.6 * complexity at most, never reaching heavy's 0.7: a 40-step proof went
+    to base. Now complexity alone says which tier is needed, with the calibrated default cut-offs."""
+    gateway = await start_gateway({
+        "server": {"drain_timeout_s": 2}, "understanding": {"enabled": True, "embedder": "charngram"},
+        "models": [{"name": "small", "tier": "tiny", "endpoints": [{"url": upstream.url}]},
+                   {"name": "big", "tier": "heavy", "endpoints": [{"url": upstream_b.url}]}]})
+    client = sdk(gateway)
+    proof = await client.chat.completions.with_raw_response.create(
+        model="auto", messages=[{"role": "user", "content": PROOF}])
+    assert proof.headers["x-sits-model"] == "big" and "needs heavy" in proof.headers["x-sits-route"]
+    hi = await client.chat.completions.with_raw_response.create(model="auto", messages=HI)
+    assert hi.headers["x-sits-model"] == "small" and "needs tiny" in hi.headers["x-sits-route"]

@@ -214,8 +214,9 @@ async def test_auto_across_a_smollm2_server_and_a_gemma_server(smollm2_gguf, dat
         code = await client.chat.completions.with_raw_response.create(
             model="auto", messages=[{"role": "user", "content": question}], max_tokens=4)
         route = code.headers["x-sits-route"]
+        # needs more than tiny (base or heavy by the calibrated cut-offs); with no heavy model, base serves
         assert code.headers["x-sits-model"] == "gemma", route
-        assert "auto=tier base" in route and "tier=base" in route
+        assert "auto=tier tiny" not in route and "tier=base" in route
         # the SmolLM2 server goes away: tiny requests fall through to the nearest tier's model
         tiny.kill()
         moved = await client.chat.completions.with_raw_response.create(

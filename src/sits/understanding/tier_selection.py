@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from sits.understanding.tier_rule import TIERS, TierChoice
 
 # bench/calibrate_tiers.py on the shared labelled prompts (bench/results/auto-tier-calibration.md)
-DEFAULT_TINY_BELOW = 0.55
-DEFAULT_HEAVY_FROM = 0.82
+DEFAULT_TINY_BELOW = 0.48
+DEFAULT_HEAVY_FROM = 0.495
 
 
 @dataclass(frozen=True, slots=True)
