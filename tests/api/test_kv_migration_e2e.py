@@ -63,7 +63,7 @@ async def test_a_draining_endpoints_conversation_continues_from_cache_on_the_sur
     history_tokens = first.parse().usage.prompt_tokens
     assert history_tokens > 300
 
-    status, _ = await call(gateway, "DELETE", f"/v1/models/{served_by}")  # drains it
+    status, _ = await call(gateway, "DELETE", f"/v1/models/smollm2/endpoints/{served_by.split('/')[1]}")
     assert status == 200
     await gateway.kv_migrator.idle()
     status, body = await call(gateway, "GET", "/v1/kv/migrations")
@@ -110,3 +110,16 @@ async def test_the_operator_call_copies_hot_slots_and_reports_what_it_could_not(
         assert status == 404 and body["error"]["param"] == "from"
     finally:
         await plain.stop()
+
+
+async def test_off_by_default_a_drain_moves_nothing(start_gateway):
+    gateway = await start_gateway({"server": {"drain_timeout_s": 2}, "control": {"allow_loopback": True}},
+                                  secrets=ADMIN)
+    assert gateway.config.kv_migration.enabled is False
+    status, _ = await call(gateway, "POST", "/v1/models/register", {"name": "m", "endpoints": [
+        {"url": "http://127.0.0.1:9/v1"}, {"url": "http://127.0.0.1:10/v1"}]})
+    assert status == 201
+    status, _ = await call(gateway, "DELETE", "/v1/models/m/endpoints/ep-0")
+    assert status == 200
+    await gateway.kv_migrator.idle()
+    assert await call(gateway, "GET", "/v1/kv/migrations") == (200, {"migrations": []})
