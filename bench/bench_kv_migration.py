@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from sits.backends.http_client import ConnectionPool  # noqa: E402
-from sits.backends.llama_cpp_slots import LlamaCppSlots  # noqa: E402
-from sits.state.routing_table import Endpoint  # noqa: E402
-from tests.llama_server import SMOLLM2, LlamaServer, gguf_of  # noqa: E402
+from sits.backends.http_client import ConnectionPool
+from sits.backends.llama_cpp_slots import LlamaCppSlots
+from sits.state.routing_table import Endpoint
+from tests.llama_server import SMOLLM2, LlamaServer, gguf_of
 
 
 def conversation(facts: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -161,8 +161,8 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join([
         "# KV-cache migration between two llama-server instances (SmolLM2-135M, CPU)",
         "",
-        f"{result['rounds']} rounds, {m['history_tokens']:.0f} prompt tokens of history, "
-        f"{result['threads']} thread(s) per server, medians.",
+        (f"{result['rounds']} rounds, {m['history_tokens']:.0f} prompt tokens of history, "
+         f"{result['threads']} thread(s) per server, medians."),
         "",
         "| next turn on | TTFT (s) | prompt tokens from cache |",
         "|---|---:|---:|",
@@ -170,14 +170,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"| B, after migration A -> B | {m['migrated_ttft_s']:.3f} | {m['migrated_cached']:.0f} |",
         f"| A, own cache (affinity) | {m['affinity_ttft_s']:.3f} | {m['affinity_cached']:.0f} |",
         "",
-        f"Migration: save {m['save_wall_s'] * 1000:.1f} ms (server {m['save_server_ms']:.1f} ms) + restore "
-        f"{m['restore_wall_s'] * 1000:.1f} ms (server {m['restore_server_ms']:.1f} ms) for "
-        f"{m['file_bytes'] / 1e6:.1f} MB ({m['bytes_per_token']:.0f} bytes/token); migrated total "
-        f"{m['migrated_total_s']:.3f} s against {m['cold_ttft_s']:.3f} s cold.",
+        (f"Migration: save {m['save_wall_s'] * 1000:.1f} ms (server {m['save_server_ms']:.1f} ms) + restore "
+         f"{m['restore_wall_s'] * 1000:.1f} ms (server {m['restore_server_ms']:.1f} ms) for "
+         f"{m['file_bytes'] / 1e6:.1f} MB ({m['bytes_per_token']:.0f} bytes/token); migrated total "
+         f"{m['migrated_total_s']:.3f} s against {m['cold_ttft_s']:.3f} s cold."),
         "",
-        f"Prefill costs {m['prefill_ms_per_token']:.2f} ms/token here; moving the cache costs "
-        f"{m['migration_ms_per_token']:.4f} ms/token (same host, the file in the page cache). Migration pays "
-        "wherever prefill costs more per token than moving that token's KV bytes.",
+        (f"Prefill costs {m['prefill_ms_per_token']:.2f} ms/token here; moving the cache costs "
+         f"{m['migration_ms_per_token']:.4f} ms/token (same host, the file in the page cache). Migration pays "
+         "wherever prefill costs more per token than moving that token's KV bytes."),
         "",
     ])
 

@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import orjson
-from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from sits.api.auth import AdminGuard
