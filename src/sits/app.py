@@ -32,6 +32,9 @@ from sits.api.engine_routes import EngineRoutes
 from sits.api.error_responses import render_error
 from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
+from sits.api.kv_routes import MIGRATE as KV_MIGRATE
+from sits.api.kv_routes import MIGRATIONS as KV_MIGRATIONS
+from sits.api.kv_routes import KvRoutes
 from sits.api.http2_door import Http2Door
 from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
 from sits.api.http_types import HttpRequest
@@ -45,6 +48,7 @@ from sits.api.tokenizer_routes import TokenizerRoutes
 from sits.backends.address_policy import AddressPolicy
 from sits.backends.engine_metrics_scraper import EngineMetricsScraper
 from sits.backends.http_client import ConnectionPool
+from sits.backends.llama_cpp_slots import LlamaCppSlots
 from sits.backends.local.supervisor import LocalWorkerPool
 from sits.backends.openai_upstream import OpenAIUpstream
 from sits.backends.vllm_admin import VllmAdmin
@@ -55,6 +59,7 @@ from sits.control.cluster_node import ClusterNode
 from sits.control.config import GatewayConfig, config_error
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
+from sits.control.kv_migration import KvMigrator
 from sits.control.local_models import local_model_specs
 from sits.control.registry import Registry
 from sits.control.registry_records import records_from_config
@@ -153,6 +158,9 @@ class Gateway:
         )
         self._pool = ConnectionPool()  # endpoints the operator configured
         self._guarded_pool = ConnectionPool(address_policy=self._policy)  # endpoints registered at runtime
+        # llama.cpp KV caches moved off a draining endpoint (automatic only with kv_migration.enabled)
+        kv = config.kv_migration
+        self.kv_migrator = KvMigrator(LlamaCppSlots(self._pool, self._guarded_pool, kv.timeout_s), kv, self._clock)
         policy = routing_policy(config.routing)
         self._understanding = understanding_config(config.understanding)
         # Built (embedding model loaded) in start(); the director holds this slot until then.
@@ -247,6 +255,7 @@ class Gateway:
         director.attach_hints(hints)
         adapter_routes = AdapterRoutes(self.adapters, admin_guard)
         tokenizer_routes = TokenizerRoutes(self.tokenizers, self.routing_table, admin_guard)
+        kv_routes = KvRoutes(self.kv_migrator, self.routing_table, admin_guard)
         # Replicated aliases and state (docs/replication.md); a cluster of one without a transport.
         self.cluster = ClusterNode(
             config.cluster, replica_id(settings.replica_id or config.cluster.replica_id
@@ -276,6 +285,8 @@ class Gateway:
                 ("GET", TOKENIZERS): tokenizer_routes.list_tokenizers,
                 ("POST", TOKENIZER_COUNT): tokenizer_routes.count,
                 ("GET", ENGINES_SLEEPING): engine_routes.sleeping,
+                ("POST", KV_MIGRATE): kv_routes.migrate,
+                ("GET", KV_MIGRATIONS): kv_routes.migrations,
                 ("GET", "/healthz"): health.healthz,
                 ("GET", "/readyz"): health.readyz,
                 **cluster_route_table(cluster_routes),
@@ -321,7 +332,9 @@ class Gateway:
 
     def _set_table(self, table: RoutingTable) -> None:
         # one reference swap: each request keeps the table it started with
-        self._table = self.cluster.overlay(table)  # replicated aliases on top of the registry's
+        old, self._table = self._table, self.cluster.overlay(table)  # replicated aliases on top of the registry's
+        if self.config.kv_migration.enabled:
+            self.kv_migrator.table_changed(old, self._table)
         self._backend.forget({e for m in table.models.values() for e in m.endpoints})
 
     def _serve_table(self, table: RoutingTable) -> None:
@@ -433,6 +446,7 @@ class Gateway:
             self.http2.close_all()
         if self._engine_metrics is not None:
             await self._engine_metrics.stop()
+        await self.kv_migrator.stop()
         if self._worker_share is not None:
             await self._worker_share.stop()
         if self._prober_task is not None:

@@ -156,3 +156,19 @@ class ConfigError(SitsError):
     """Configuration is invalid; raised at startup with the path of the offending key."""
 
     code = "config_error"
+
+
+class SlotActionsUnsupported(UpstreamError):
+    """The llama.cpp server cannot save or restore slots (started without `--slot-save-path`)."""
+
+    http_status = 501
+    code = "slot_actions_unsupported"
+    retryable = False
+
+
+class SlotActionFailed(UpstreamError):
+    """A llama.cpp slot save, restore or erase was refused: a file missing from the server's
+    slot-save-path, no room in its KV cache, an invalid file name or slot."""
+
+    code = "slot_action_failed"
+    retryable = False

@@ -178,9 +178,22 @@ class ResilienceConfig(_Strict):
     resume_streams: bool = False
 
 
+class KvMigrationConfig(_Strict):
+    """Moving llama.cpp conversations' KV caches between instances of the same model (docs/kv-cache.md)."""
+
+    # off: needs every instance started with --slot-save-path on one folder they all see
+    enabled: bool = False
+    min_tokens: Annotated[int, Field(ge=1)] = 512  # slots caching fewer prompt tokens are not worth moving
+    max_slots: Annotated[int, Field(ge=1, le=256)] = 16  # per draining endpoint, longest caches first
+    timeout_s: PositiveFloat = 60.0  # per slot action; a save waits for its slot's generation to end
+    # The shared folder as SITS sees it (optional): migrated files are deleted from it once restored.
+    shared_dir: str | None = None
+
+
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
     resilience: ResilienceConfig = ResilienceConfig()
+    kv_migration: KvMigrationConfig = KvMigrationConfig()
     semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
     admission: AdmissionConfig = AdmissionConfig()
     # Routing policy (profiles of filters, scorers, picker): validated by sits.scheduling.policy at startup,
