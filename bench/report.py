@@ -59,8 +59,8 @@ def add_derived(results: dict) -> None:
     for mode in MODES:
         per_conc = {}
         for c in concs:
-            s, l = _cell(results, "sits", mode, c), _cell(results, "litellm", mode, c)
-            per_conc[str(c)] = round(s["rps"] / l["rps"], 2) if s and l and l["rps"] else None
+            s, lite = _cell(results, "sits", mode, c), _cell(results, "litellm", mode, c)
+            per_conc[str(c)] = round(s["rps"] / lite["rps"], 2) if s and lite and lite["rps"] else None
         peaks = {}
         for target in ("sits", "litellm"):
             vals = [x["rps"] for c in concs if (x := _cell(results, target, mode, c))]
