@@ -4,14 +4,15 @@ one signal in another's place. These tests build each view as production does an
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import random
 
 import orjson
 
 from sits.api.http_types import HttpRequest
 from sits.api.request_intake import RequestIntake
 from sits.api.schemas import CHAT_COMPLETION
-from sits.pipeline.director import Director
+from sits.pipeline.pool_planner import PoolPlanner
+from sits.scheduling.scheduler import Scheduler
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
@@ -19,7 +20,7 @@ from sits.state.engine_load import EngineLoad
 from sits.state.routing_table import Endpoint, ModelEntry
 
 
-def test_director_views_put_every_signal_in_its_field():
+def test_endpoint_views_put_every_signal_in_its_field():
     stats = StatsStore()
     s = stats.get("m/ep-0")
     s.in_flight, s.latency_ewma_s, s.latency_p95_s, s.latency_peak_ewma_s = 3, 0.11, 0.22, 0.33
@@ -30,8 +31,8 @@ def test_director_views_put_every_signal_in_its_field():
     model = ModelEntry("m", (Endpoint("m/ep-0", "m", "m", "http", "127.0.0.1", 1, "/v1", weight=2.5),),
                        tier="base", features=frozenset({"tools"}), context_window=4096, latency_p95_ms=350.0,
                        cost_per_1k_input=0.001, cost_per_1k_output=0.002)
-    fake_director = SimpleNamespace(_stats=stats, _health=health, _breakers=CircuitBreakers(), _admission=None)
-    (view,) = Director._views(fake_director, model, now=0.0)  # type: ignore[arg-type]
+    planner = PoolPlanner(Scheduler(None, {}), stats, health, CircuitBreakers(), None, random.Random(0))  # type: ignore[arg-type]
+    (view,) = planner.views(model, now=0.0)
     assert view._asdict() == {
         "id": "m/ep-0", "model": "m", "weight": 2.5, "healthy": True, "in_flight": 3, "latency_ewma_s": 0.11,
         "latency_p95_s": 0.22, "latency_peak_ewma_s": 0.33, "ttft_s": 0.044, "error_rate": 0.055, "qps": 66.0,

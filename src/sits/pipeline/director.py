@@ -29,6 +29,7 @@ from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
 from sits.pipeline.model_resolution import ModelResolver, RouteReason
+from sits.pipeline.pool_planner import PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.stream_resume import CHAT_API, resume_body
 from sits.pipeline.upstream_send import UpstreamSend
@@ -37,7 +38,7 @@ from sits.pipeline.fusion.runner import WorkflowRunner
 from sits.scheduling.framework import ONLY_ENDPOINT, Decision
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
 from sits.scheduling.scheduler import Scheduler
-from sits.scheduling.types import EndpointView, SchedulingRequest
+from sits.scheduling.types import SchedulingRequest
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
@@ -49,7 +50,6 @@ from sits.telemetry.tracing import end_span
 from sits.understanding.tier_rule import nearest_tiers
 from sits.understanding.understander import RequestUnderstander
 
-DEFAULT_ENDPOINT_CAPACITY = 4  # requests an endpoint takes at once, for a tier's load, when nothing says
 _HEALTHY = attrgetter("healthy")
 log = logging.getLogger("sits.scheduling")
 
@@ -89,10 +89,12 @@ class Director:
         self._clock = clock
         self._rng = rng
         self._hints: SchedulingHints | None = None  # adapter variants, exact token counts (attach_hints)
+        # endpoint views and a tier's load, built as the endpoint picker builds them (pipeline/pool_planner.py)
+        self._planner = PoolPlanner(scheduler, stats, health, breakers, admission, rng, lambda: self._hints)
         self._resolver = self._new_resolver()
 
     def _new_resolver(self) -> ModelResolver:
-        return ModelResolver(lambda: self._understander, self._workflows, self._hints, self._tier_load)
+        return ModelResolver(lambda: self._understander, self._workflows, self._hints, self._planner.tier_load)
 
     async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer | WorkflowResult:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
@@ -288,7 +290,7 @@ class Director:
     def _tier_decision(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
                        first_kind: PlanKind) -> tuple[list[Plan], str]:
         models = table.models_in_tier(tier)
-        views = [v for m in models for v in self._views(m, now)]
+        views = [v for m in models for v in self._planner.views(m, now)]
         if not views:
             return [], ""
         # model "": the pool spans models (the model-match filter keeps every endpoint); no prefix
@@ -315,7 +317,7 @@ class Director:
     def _plan(self, model: ModelEntry, request: RoutingRequest, now: float,
               kind: PlanKind) -> tuple[Plan, Decision | None]:
         """The model's endpoints best first, and the decision that ranked them (None: none was ready)."""
-        views = self._views(model, now)
+        views = self._planner.views(model, now)
         if not any(map(_HEALTHY, views)):
             return Plan(model, (), kind), None
         # The prefix hash only ranks endpoints against each other: one endpoint needs none.
@@ -334,42 +336,6 @@ class Director:
             return Plan(model, model.endpoints, kind), decision
         by_id = {e.id: e for e in model.endpoints}
         return Plan(model, tuple(by_id[v.id] for v in candidates), kind), decision
-
-    def _tier_load(self, table: RoutingTable, tier: str) -> float:
-        """A tier's own in-flight fraction in [0, 1]: requests in flight on its models' endpoints against
-        their capacity (the admission limits where admission is on, else `max_concurrency`, else 4 an
-        endpoint). A tier with no model counts as full."""
-        busy = capacity = 0
-        limits = self._admission.limits if self._admission is not None else None
-        for model in table.models_in_tier(tier):
-            ids = [e.id for e in model.endpoints]
-            busy += sum(self._stats.get(i).in_flight for i in ids)
-            room = limits.total(ids) if limits is not None else DEFAULT_ENDPOINT_CAPACITY * len(ids)
-            capacity += min(room, model.max_concurrency) if model.max_concurrency else room
-        return min(1.0, busy / capacity) if capacity else 1.0
-
-    def _views(self, model: ModelEntry, now: float) -> list[EndpointView]:
-        """Each endpoint's live signals, plus its model's declared metadata (features, tier, SLA, price)."""
-        views = []
-        context_window, features, tier = model.context_window, model.features, model.tier
-        sla_ms, price = model.latency_p95_ms, (model.cost_per_1k_input or 0.0) + (model.cost_per_1k_output or 0.0)
-        available = self._health.available
-        allows = self._breakers.allows
-        limits = self._admission.limits if self._admission is not None else None
-        for e in model.endpoints:
-            s = self._stats.get(e.id)
-            engine = s.engine
-            if limits is not None and engine is not None:
-                limits.get(e.id).observe_engine(engine)  # engine queue / KV-cache pressure caps the limit
-            # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
-            views.append(EndpointView(
-                e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s,
-                s.latency_p95_s, s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
-                (engine.waiting or 0) if engine else 0, engine.kv_cache_usage if engine else None,
-                engine.memory_usage if engine else None,
-                s.dynamic_weight, features, context_window, tier, price, sla_ms,
-            ))
-        return views
 
 
 def _route_header(model: ModelEntry, decision: Decision | None) -> str:
