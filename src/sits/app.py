@@ -88,7 +88,7 @@ from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache_factory import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
-from sits.telemetry.metrics import GatewayMetrics
+from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
 from sits.understanding.factory import build_understander
@@ -198,7 +198,7 @@ class Gateway:
         self.admission = Admission(config.admission, self.routing_table, self._clock) if config.admission.enabled else None
         self._breakers = CircuitBreakers(BreakerPolicy(resilience.breaker_failure_threshold, resilience.breaker_open_s))
         telemetry = config.telemetry
-        self.metrics = GatewayMetrics() if telemetry.metrics else None
+        self.metrics = GatewayMetrics() if telemetry.metrics else NoMetrics()
         self.tracing = Tracing(tracing_settings(settings, config))
         decisions = DecisionLog(telemetry.recent_decisions)
         self._director = director = Director(

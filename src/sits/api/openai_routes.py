@@ -62,8 +62,7 @@ class OpenAIRoutes:
         try:
             return schema.parse(request.body)
         except SitsError as exc:
-            if self._observer.metrics is not None:
-                self._observer.metrics.failed(UNKNOWN_MODEL, exc.http_status)
+            self._observer.metrics.failed(UNKNOWN_MODEL, exc.http_status)
             raise
 
     async def list_models(self, request: HttpRequest, request_id: str) -> HttpResponse:

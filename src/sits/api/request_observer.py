@@ -27,7 +27,7 @@ UNKNOWN_MODEL = "unknown"
 
 
 class RequestObserver:
-    def __init__(self, metrics: GatewayMetrics | None, tracing: Tracing, decisions: DecisionLog, logs: LogsConfig,
+    def __init__(self, metrics: GatewayMetrics, tracing: Tracing, decisions: DecisionLog, logs: LogsConfig,
                  table: Callable[[], RoutingTable], clock: Callable[[], float] = time.perf_counter,
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.metrics = metrics
@@ -75,8 +75,7 @@ class Observation:
 
     def inter_token(self, model: str, endpoint: str) -> Any:
         """The histogram a stream relay observes chunk gaps on, or None when metrics are off."""
-        metrics = self._observer.metrics
-        return metrics.inter_token(model, endpoint) if metrics is not None else None
+        return self._observer.metrics.inter_token(model, endpoint)
 
     def served(self, model: str, endpoint: str, route: str, attempts: str, first_byte_at: float | None,
                usage: tuple[int, int] | None, status: int = 200, prompt: str = "", error: str | None = None) -> None:
@@ -85,9 +84,8 @@ class Observation:
         self._done = True
         o = self._observer
         seconds = o._clock() - self.started
-        if o.metrics is not None:
-            o.metrics.served(model, endpoint, status, seconds,
-                             first_byte_at - self.started if first_byte_at else None, usage)
+        o.metrics.served(model, endpoint, status, seconds,
+                         first_byte_at - self.started if first_byte_at else None, usage)
         if o.decisions.enabled:  # seconds kept raw: rounded when the dashboard reads them
             o.decisions.add((o._wall_clock(), self.request_id, model, endpoint, route, status, seconds, attempts))
         if self.trace is not None:
@@ -107,8 +105,7 @@ class Observation:
         o = self._observer
         seconds = o._clock() - self.started
         model = o.label(self.model)
-        if o.metrics is not None:
-            o.metrics.failed(model, error.http_status)
+        o.metrics.failed(model, error.http_status)
         if o.decisions.enabled:
             o.decisions.add((o._wall_clock(), self.request_id, model, "none", "", error.http_status, seconds, ""))
         if self.trace is not None:

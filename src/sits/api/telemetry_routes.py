@@ -40,7 +40,7 @@ class SamplingChange(BaseModel):
 
 
 class TelemetryRoutes:
-    def __init__(self, metrics: GatewayMetrics | None, tracing: Tracing, decisions: DecisionLog,
+    def __init__(self, metrics: GatewayMetrics, tracing: Tracing, decisions: DecisionLog,
                  snapshot: LiveSnapshot, guard: AdminGuard, registry_version: Callable[[], int],
                  loopback_only: bool = False, share: WorkerShare | None = None) -> None:
         """`loopback_only`: the gateway listens on loopback alone, so with no admin key configured
@@ -54,16 +54,16 @@ class TelemetryRoutes:
         self._registry_version = registry_version
         self._share = share  # with --workers N: every worker's figures in one answer
         if share is not None:
-            if metrics is not None:
+            if metrics.enabled:
                 share.add(worker_metrics.KIND, lambda: worker_metrics.families_of(metrics.registry))
             share.add(worker_dashboard.KIND, self._local_state)
-        if metrics is not None:
+        if metrics.enabled:
             metrics.registry.register(LiveStateCollector(snapshot))
         package = resources.files("sits.api") / "dashboard_assets"
         self._assets = {name: (package / name).read_bytes() for name in ("index.html", *_ASSETS)}
 
     async def metrics(self, request: HttpRequest, request_id: str) -> HttpResponse:
-        if self._metrics is None:
+        if not self._metrics.enabled:
             raise NotFound("metrics are off (telemetry.metrics: false)")
         registry = self._metrics.registry
         if self._share is not None:  # --workers N: this worker's live families and the others' latest

@@ -45,7 +45,7 @@ from sits.state.endpoint_stats import StatsStore
 from sits.state.retry_budget import RetryBudget
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.state.semantic_cache import CachedCompletion
-from sits.telemetry.metrics import GatewayMetrics
+from sits.telemetry.metrics import NO_METRICS, GatewayMetrics
 from sits.telemetry.tracing import end_span
 from sits.understanding.tier_rule import nearest_tiers
 from sits.understanding.understander import RequestUnderstander
@@ -72,7 +72,7 @@ class Director:
         understander: RequestUnderstander | None,
         clock: Callable[[], float],
         rng: random.Random,
-        metrics: GatewayMetrics | None = None,
+        metrics: GatewayMetrics = NO_METRICS,
     ) -> None:
         self._metrics = metrics
         self._health = health
@@ -121,11 +121,9 @@ class Director:
         key = self._answers.key(request, body) if self._answers.enabled else None
         if key is not None:
             hit = await self._answers.before_upstream(key, opted_in=model.cache)
-            if metrics is not None:
-                metrics.cache_lookup("miss" if hit is None else f"{hit.match}-hit")
+            metrics.cache_lookup("miss" if hit is None else f"{hit.match}-hit")
             if hit is not None:
-                if metrics is not None:
-                    metrics.decision(model.name, "cache-hit")
+                metrics.decision(model.name, "cache-hit")
                 return CannedAnswer(hit, model.name, f"cache{why}", intent=intent)
         now = self._clock()
         ticket = self._admit_now(model.name, request) if self._admission else None
@@ -143,9 +141,8 @@ class Director:
                 route, plans = tier_route, itertools.chain((primary,), tier_plans,
                                                                  self._plans(table, primary, request, now, False))
             end_span(span, attributes={"sits.route": route})
-            if metrics is not None:
-                metrics.decision(model.name, reason.value if reason is not RouteReason.NAMED
-                                 else _scheduled_label(decision))
+            metrics.decision(model.name, reason.value if reason is not RouteReason.NAMED
+                             else _scheduled_label(decision))
             try:
                 exchange = await self._chain.run(request, body, plans)
             except AttemptsFailed as failed:
@@ -155,9 +152,8 @@ class Director:
                 if hit is None:
                     raise _final_error(model.name, failed) from None
                 kind = "static-template" if hit.match == "static" else "semantic-cache"
-                if metrics is not None:
-                    metrics.fallback(model.name, kind)
-                    metrics.decision(model.name, f"fallback-{kind}")
+                metrics.fallback(model.name, kind)
+                metrics.decision(model.name, f"fallback-{kind}")
                 if ticket is not None:
                     ticket.release()
                 return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts),
@@ -178,7 +174,7 @@ class Director:
             return None
         assert self._admission is not None
         ticket = self._admission.try_admit(model, request.priority)
-        if ticket is not None and self._metrics is not None:
+        if ticket is not None:
             self._metrics.admitted(request.priority, 0.0)
         return ticket
 
@@ -191,12 +187,10 @@ class Director:
             ticket = await self._admission.admit(model, request.priority, now)
         except Overloaded as exc:
             end_span(span, exc.message)
-            if metrics is not None:
-                metrics.shed(request.priority)
+            metrics.shed(request.priority)
             raise
         end_span(span)
-        if metrics is not None:
-            metrics.admitted(request.priority, self._clock() - now)
+        metrics.admitted(request.priority, self._clock() - now)
         return ticket
 
     def attach_hints(self, hints: SchedulingHints) -> None:
@@ -244,8 +238,7 @@ class Director:
             exchange = await self._chain.run(request, continued, self._plans(table, others, request, now))
         except AttemptsFailed:
             return None
-        if self._metrics is not None:
-            self._metrics.fallback(model.name, "resumed-stream")
+        self._metrics.fallback(model.name, "resumed-stream")
         return exchange
 
     def _plans(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float,

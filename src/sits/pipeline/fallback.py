@@ -22,7 +22,7 @@ from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.retry_budget import RetryBudget
 from sits.state.routing_table import Endpoint, ModelEntry
-from sits.telemetry.metrics import GatewayMetrics
+from sits.telemetry.metrics import NO_METRICS, GatewayMetrics
 
 PlanKind = Literal["primary", "tier", "fallback", "larger-context"]  # tier: another model `auto` may use
 Send = Callable[[Endpoint, str, RoutingRequest, bytes], Awaitable[Exchange]]
@@ -65,7 +65,7 @@ def is_context_error(error: SitsError) -> bool:
 class FallbackChain:
     def __init__(self, send: Send, budget: RetryBudget, breakers: CircuitBreakers, health: HealthBoard,
                  clock: Callable[[], float], policy: FallbackPolicy = FallbackPolicy(),
-                 metrics: GatewayMetrics | None = None) -> None:
+                 metrics: GatewayMetrics = NO_METRICS) -> None:
         self._metrics = metrics
         self._send = send
         self._budget = budget
@@ -115,8 +115,7 @@ class FallbackChain:
                                                               body)
                 except UpstreamError as exc:
                     attempts.append(f"{endpoint.id}:{exc.code}")
-                    if metrics is not None:
-                        metrics.attempt(asked_for, endpoint.id, exc.code or "error", retry=len(attempts) > 1)
+                    metrics.attempt(asked_for, endpoint.id, exc.code or "error", retry=len(attempts) > 1)
                     last = exc
                     if is_context_error(exc):
                         context_exceeded = True
@@ -134,10 +133,9 @@ class FallbackChain:
                 self._breakers.on_success(endpoint.id)
                 self._health.request_succeeded(endpoint.id)
                 attempts.append(f"{endpoint.id}:ok")
-                if metrics is not None:
-                    metrics.attempt(asked_for, endpoint.id, "ok", retry=len(attempts) > 1)
-                    if plan.kind != "primary":
-                        metrics.fallback(asked_for, plan.kind)
+                metrics.attempt(asked_for, endpoint.id, "ok", retry=len(attempts) > 1)
+                if plan.kind != "primary":
+                    metrics.fallback(asked_for, plan.kind)
                 exchange.attempts = ",".join(attempts)
                 return exchange
         raise AttemptsFailed(last, attempts, only_unavailable)

@@ -141,6 +141,8 @@ class _Series:
 
 
 class GatewayMetrics(Collector):
+    enabled = True
+
     def __init__(self, max_values_per_label: int = 512) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._model = BoundedLabels(max_values_per_label)
@@ -245,3 +247,44 @@ class GatewayMetrics(Collector):
         if len(self._series) < 4 * 512:  # churned-through pairs map to "other" without growing this cache
             self._series[(model, endpoint)] = series
         return series
+
+
+class NoMetrics(GatewayMetrics):
+    """Metrics switched off (`telemetry.metrics: false`): every recording call does nothing, so callers
+    hold a metrics object always and never test for None; nothing is registered or exported."""
+
+    enabled = False
+
+    def __init__(self) -> None:  # no registry, no series
+        pass
+
+    def served(self, model: str, endpoint: str, status: int, seconds: float, ttft_s: float | None,
+               usage: tuple[int, int] | None = None) -> None:
+        pass
+
+    def inter_token(self, model: str, endpoint: str) -> Buckets | None:  # type: ignore[override]
+        return None
+
+    def failed(self, model: str, status: int) -> None:
+        pass
+
+    def decision(self, model: str, reason: str) -> None:
+        pass
+
+    def fallback(self, model: str, kind: str) -> None:
+        pass
+
+    def attempt(self, model: str, endpoint: str, outcome: str, retry: bool) -> None:
+        pass
+
+    def cache_lookup(self, result: str) -> None:
+        pass
+
+    def admitted(self, priority: int, waited_s: float) -> None:
+        pass
+
+    def shed(self, priority: int) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()  # the shared "off" instance (it holds nothing)

@@ -255,7 +255,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         """Record a failed call as the HTTP door does: with its observation, or (bad input) by status only."""
         if call is not None and call.seen is not None:
             call.seen.failed(error, call.routing.prompt_text)
-        elif call is None and self._observer is not None and self._observer.metrics is not None:
+        elif call is None and self._observer is not None:
             self._observer.metrics.failed(UNKNOWN_MODEL, error.http_status)
 
 
