@@ -85,6 +85,7 @@ from sits.state.endpoint_health import HealthBoard, HealthPolicy
 from sits.state.endpoint_stats import StatsStore
 from sits.state.registry_store import RegistryStore
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
+from sits.state.live_table import LiveTable
 from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache_factory import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
@@ -148,7 +149,7 @@ class Gateway:
     def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None) -> None:
         self.settings = settings
         self.config = config
-        self._table: RoutingTable | None = None
+        self.routing_table = LiveTable()  # published by the registry (through the cluster's alias overlay)
         self._draining = False
         self._clock = time.monotonic
         control = config.control
@@ -326,26 +327,23 @@ class Gateway:
 
     # -- state the layers read ------------------------------------------------
 
-    def routing_table(self) -> RoutingTable:
-        assert self._table is not None, "gateway not started"
-        return self._table
-
     def _set_table(self, table: RoutingTable) -> None:
-        # one reference swap: each request keeps the table it started with
-        old, self._table = self._table, self.cluster.overlay(table)  # replicated aliases on top of the registry's
+        served = self.cluster.overlay(table)  # replicated aliases on top of the registry's
+        old = self.routing_table.publish(served)
         if self.config.kv_migration.enabled:
-            self.kv_migrator.table_changed(old, self._table)
+            self.kv_migrator.table_changed(old, served)
         self._backend.forget({e for m in table.models.values() for e in m.endpoints})
 
     def _serve_table(self, table: RoutingTable) -> None:
-        self._table = table  # the replicated aliases changed: same models, new alias routes
+        self.routing_table.publish(table)  # the replicated aliases changed: same models, new alias routes
 
     def readiness(self) -> tuple[bool, str]:
         if self._draining:
             return False, "draining"
-        if self._table is None:
+        table = self.routing_table.current
+        if table is None:
             return False, "starting"
-        return True, f"{len(self._table.models)} models"
+        return True, f"{len(table.models)} models"
 
     async def tokenizers_ready(self) -> None:
         """Wait until the tokenizers found at startup are loaded (exact counts from then on)."""
