@@ -78,7 +78,6 @@ from sits.pipeline.fusion.uploads import UploadStore
 from sits.pipeline.fusion.workflow_config import check_workflows
 from sits.scheduling.metrics import SchedulingMetrics
 from sits.scheduling.policy import RoutingPolicy, build_scheduler
-from sits.runtime.tasks import cancel_and_wait
 from sits.settings import Settings
 from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.endpoint_health import HealthBoard, HealthPolicy
@@ -90,6 +89,7 @@ from sits.state.routing_table import RoutingTable
 from sits.state.semantic_cache_factory import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.metrics import GatewayMetrics, NoMetrics
+from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
 from sits.understanding.factory import build_understander
@@ -173,8 +173,6 @@ class Gateway:
         self._local: LocalWorkerPool | None = None
         self._tracker = ConnectionTracker()
         self._server: asyncio.Server | None = None
-        self._prober_task: asyncio.Task[None] | None = None
-        self._registry_sync: asyncio.Task[None] | None = None  # --workers N: catch up with the others' changes
         self._limits = ServerLimits(
             max_body_bytes=config.server.max_body_bytes,
             max_header_bytes=config.server.max_header_bytes,
@@ -245,11 +243,14 @@ class Gateway:
         # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
         vllm_admin = VllmAdmin(self._pool)
         self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
-        self._adapters_restored: asyncio.Task[object] | None = None
+        # Saved adapter registrations come back, and the engines say where they are loaded (background).
+        self._adapters_restored = BackgroundTask("sits-adapters", self.adapters.restore)
         engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
                                                      self._clock), admin_guard)
         self.tokenizers = TokenizerCatalog(settings.data_dir / "tokenizers" / "cache")
-        self._tokenizers_loaded: asyncio.Task[object] | None = None
+        # Tokenizers under <data dir>/tokenizers/ load in the background; until then counts are estimates.
+        self._tokenizers_loaded = BackgroundTask("sits-tokenizers", lambda: asyncio.to_thread(
+            self.tokenizers.load, discover_sources(settings.data_dir / "tokenizers")))
         hints = SchedulingHints()
         hints.attach_adapters(self.adapters.resolve, self.adapters.loaded_on, self.adapters.registered)
         hints.attach_tokenizers(self.tokenizers, self.routing_table)
@@ -324,6 +325,15 @@ class Gateway:
         self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,
                                self._http1_protocol) \
             if config.server.http2_port is not None or config.server.tls is not None else None
+        # What runs in the background for the gateway's life, in start order (docs/architecture.md).
+        self._background: list[Runnable] = [
+            self._tokenizers_loaded, self._adapters_restored, BackgroundTask("sits-health-prober", self._prober.run)]
+        if self._worker_share is not None:  # --workers N: catch up with the other workers' changes
+            self._background.append(BackgroundTask("sits-registry-sync", self._follow_registry))
+        if self._engine_metrics is not None:
+            self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
+        if self._worker_share is not None:
+            self._background.append(SyncStart("sits-worker-share", self._worker_share))
 
     # -- state the layers read ------------------------------------------------
 
@@ -347,13 +357,11 @@ class Gateway:
 
     async def tokenizers_ready(self) -> None:
         """Wait until the tokenizers found at startup are loaded (exact counts from then on)."""
-        if self._tokenizers_loaded is not None:
-            await asyncio.shield(self._tokenizers_loaded)
+        await self._tokenizers_loaded.finished()
 
     async def adapters_ready(self) -> None:
         """Wait until the saved adapter registrations are restored."""
-        if self._adapters_restored is not None:
-            await asyncio.shield(self._adapters_restored)
+        await self._adapters_restored.finished()
 
     def _authenticate(self, request: HttpRequest, path: str) -> None:
         if path in DATA_PLANE_PATHS:
@@ -375,18 +383,8 @@ class Gateway:
             self._director.attach_understander(self._understander)
         await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
         await self.cluster.start()
-        # Tokenizers under <data dir>/tokenizers/ load in the background; until then counts are estimates.
-        self._tokenizers_loaded = asyncio.create_task(asyncio.to_thread(
-            self.tokenizers.load, discover_sources(self.settings.data_dir / "tokenizers")), name="sits-tokenizers")
-        # Saved adapter registrations come back, and the engines say where they are loaded (background).
-        self._adapters_restored = asyncio.create_task(self.adapters.restore(), name="sits-adapters")
-        self._prober_task = asyncio.create_task(self._prober.run(), name="sits-health-prober")
-        if self._worker_share is not None:
-            self._registry_sync = asyncio.create_task(self._follow_registry(), name="sits-registry-sync")
-        if self._engine_metrics is not None:
-            self._engine_metrics.start()
-        if self._worker_share is not None:
-            self._worker_share.start()
+        for part in self._background:  # stopped in the reverse order, after the drain (stop())
+            await part.start()
         loop = asyncio.get_running_loop()
         protocol = self._http1_protocol
         if sock is not None:
@@ -427,10 +425,6 @@ class Gateway:
         self._tracker.close_idle()
         if self.http2 is not None:
             self.http2.go_away()  # streams already open finish; new ones are refused
-        if self._tokenizers_loaded is not None:
-            self._tokenizers_loaded.cancel()  # a load still running finishes in its thread, unused
-        if self._adapters_restored is not None:
-            self._adapters_restored.cancel()
         deadline = time.monotonic() + self.config.server.drain_timeout_s
         while (self._tracker.busy() or (self.http2 is not None and self.http2.busy())) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -442,15 +436,9 @@ class Gateway:
         self._tracker.stop_idle_sweep()
         if self.http2 is not None:
             self.http2.close_all()
-        if self._engine_metrics is not None:
-            await self._engine_metrics.stop()
+        for part in reversed(self._background):  # a tokenizer load still running finishes in its thread, unused
+            await part.stop()
         await self.kv_migrator.stop()
-        if self._worker_share is not None:
-            await self._worker_share.stop()
-        if self._prober_task is not None:
-            await cancel_and_wait([self._prober_task])
-        if self._registry_sync is not None:
-            await cancel_and_wait([self._registry_sync])
         await self.cluster.stop()
         await self._answers.close()
         if self._understander is not None:
