@@ -264,9 +264,8 @@ class Gateway:
                                      or f"{socket.gethostname()}:{self.port}", settings),
             settings.data_dir,
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed),
-            workers_folder=share_folder / "cluster" if share_folder is not None else None)
-        self.cluster.attach_registry(self.registry)  # models registered at runtime replicate too
-        self.cluster.attach_breakers(self._breakers)  # so do circuit openings and closings
+            workers_folder=share_folder / "cluster" if share_folder is not None else None,
+            registry=self.registry, breakers=self._breakers)  # runtime registrations and circuits replicate too
         cluster_routes = ClusterRoutes(self.cluster, admin_guard)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
         keys_env = config.server.api_keys_env

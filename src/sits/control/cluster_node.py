@@ -50,9 +50,11 @@ class ClusterNode:
                  stats: StatsStore, publish: Callable[[RoutingTable], None], rng: random.Random,
                  monotonic: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-                 workers_folder: Path | None = None) -> None:
+                 workers_folder: Path | None = None, registry: Registry | None = None,
+                 breakers: CircuitBreakers | None = None) -> None:
         """`workers_folder`: with `sits serve --workers N`, the folder the run's workers share; they
-        replicate through it (folder_transport.py) besides any Redis or HTTP peers."""
+        replicate through it (folder_transport.py) besides any Redis or HTTP peers. `registry`: the
+        models registered through the control API replicate too; `breakers`: so do circuit transitions."""
         self.config = config
         self.replica = Replica(replica_id, HybridClock(replica_id, wall_ms), monotonic)
         self.aliases = AliasSwitchboard(self.replica, rng)
@@ -79,17 +81,9 @@ class ClusterNode:
                                                      config.timeout_s)
         self.workers = folder_transport.FolderTransport(self.replica, workers_folder) \
             if workers_folder is not None else None
-        self.registry: RegistryReplication | None = None
-        self.circuits: CircuitReplication | None = None
+        self.registry = RegistryReplication(self.replica, registry) if registry is not None else None
+        self.circuits = CircuitReplication(self.replica, breakers, monotonic) if breakers is not None else None
         self.replica.watch(self._on_document)
-
-    def attach_breakers(self, breakers: CircuitBreakers) -> None:
-        """Share circuit transitions with the other replicas."""
-        self.circuits = CircuitReplication(self.replica, breakers, self._monotonic)
-
-    def attach_registry(self, registry: Registry) -> None:
-        """Replicate the models registered through the control API."""
-        self.registry = RegistryReplication(self.replica, registry)
 
     # -- the routing table -------------------------------------------------------
 
