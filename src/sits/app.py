@@ -69,7 +69,7 @@ from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.director import Director
 from sits.pipeline.fallback import FallbackPolicy
 from sits.pipeline.pool_planner import PoolPlanner
-from sits.pipeline.scheduling_hints import SchedulingHints
+from sits.pipeline.scheduling_hints import AdapterHooks, SchedulingHints
 from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.pipeline.fusion.documents import DocumentParser
 from sits.pipeline.fusion.runner import WorkflowRunner
@@ -200,12 +200,23 @@ class Gateway:
         self.metrics = GatewayMetrics() if telemetry.metrics else NoMetrics()
         self.tracing = Tracing(tracing_settings(settings, config))
         decisions = DecisionLog(telemetry.recent_decisions)
+        # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
+        vllm_admin = VllmAdmin(self._pool)
+        self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
+        # Saved adapter registrations come back, and the engines say where they are loaded (background).
+        self._adapters_restored = BackgroundTask("sits-adapters", self.adapters.restore)
+        self.tokenizers = TokenizerCatalog(settings.data_dir / "tokenizers" / "cache")
+        # Tokenizers under <data dir>/tokenizers/ load in the background; until then counts are estimates.
+        self._tokenizers_loaded = BackgroundTask("sits-tokenizers", lambda: asyncio.to_thread(
+            self.tokenizers.load, discover_sources(settings.data_dir / "tokenizers")))
+        hints = SchedulingHints(AdapterHooks(self.adapters.resolve, self.adapters.loaded_on, self.adapters.registered),
+                                self.tokenizers, self.routing_table)
         self._director = director = Director(
             self.routing_table, self._scheduler, backend, self._stats, self._health,
             self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
                                                           resilience.min_retries_per_window)),
             FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
-            self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics,
+            self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics, hints=hints,
         )
         observer = RequestObserver(self.metrics, self.tracing, decisions, telemetry.logs, self.routing_table,
                                    clock=self._clock)
@@ -228,6 +239,8 @@ class Gateway:
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
                                      admission=self.admission, resume_streams=resilience.resume_streams)
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
+        engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
+                                                     self._clock), admin_guard)
         self.live_snapshot = LiveSnapshot(self.routing_table, self._stats, self._health, self._breakers,
                                           self.admission, self._clock, scheduling=self.scheduling_metrics)
         telemetry_routes = TelemetryRoutes(self.metrics, self.tracing, decisions, self.live_snapshot, admin_guard,
@@ -240,21 +253,6 @@ class Gateway:
             self._clock, functools.partial(discover_models, pool=self._guarded_pool, policy=self._policy),
             on_change=self._prober.poke,  # probe new endpoints now, not at the next tick
         )
-        # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
-        vllm_admin = VllmAdmin(self._pool)
-        self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
-        # Saved adapter registrations come back, and the engines say where they are loaded (background).
-        self._adapters_restored = BackgroundTask("sits-adapters", self.adapters.restore)
-        engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
-                                                     self._clock), admin_guard)
-        self.tokenizers = TokenizerCatalog(settings.data_dir / "tokenizers" / "cache")
-        # Tokenizers under <data dir>/tokenizers/ load in the background; until then counts are estimates.
-        self._tokenizers_loaded = BackgroundTask("sits-tokenizers", lambda: asyncio.to_thread(
-            self.tokenizers.load, discover_sources(settings.data_dir / "tokenizers")))
-        hints = SchedulingHints()
-        hints.attach_adapters(self.adapters.resolve, self.adapters.loaded_on, self.adapters.registered)
-        hints.attach_tokenizers(self.tokenizers, self.routing_table)
-        director.attach_hints(hints)
         adapter_routes = AdapterRoutes(self.adapters, admin_guard)
         tokenizer_routes = TokenizerRoutes(self.tokenizers, self.routing_table, admin_guard)
         kv_routes = KvRoutes(self.kv_migrator, self.routing_table, admin_guard)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sits.pipeline.scheduling_hints import SchedulingHints
+from sits.pipeline.scheduling_hints import AdapterHooks, SchedulingHints
 from sits.scheduling.types import SchedulingRequest
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, TokenizerSource
@@ -26,8 +26,7 @@ def test_without_sources_the_request_is_unchanged():
 def test_a_model_with_a_known_tokenizer_gets_an_exact_lazy_counter(tmp_path):
     catalog = TokenizerCatalog(tmp_path)
     catalog.load_one(TokenizerSource("llama3", TOKENIZERS / "llama3"))
-    hints = SchedulingHints()
-    hints.attach_tokenizers(catalog, lambda: RoutingTable({}))
+    hints = SchedulingHints(tokenizers=catalog, table=lambda: RoutingTable({}))
     text = "The quick brown fox jumps over the lazy dog."
     by_family = hints.hinted(entry("served-llama", family="llama3"), text, REQUEST)
     assert by_family.count_prompt_tokens is not None and by_family.count_prompt_tokens() == 10
@@ -37,10 +36,10 @@ def test_a_model_with_a_known_tokenizer_gets_an_exact_lazy_counter(tmp_path):
 
 
 def test_adapter_holders_come_from_the_attached_registry():
-    hints = SchedulingHints()
     variant = entry("base")
-    hints.attach_adapters(lambda table, name: variant if name == "base:a" else None,
-                          lambda model: frozenset({"base-0"}) if model is variant else frozenset(), {"a": object()})
+    hints = SchedulingHints(AdapterHooks(lambda table, name: variant if name == "base:a" else None,
+                                         lambda model: frozenset({"base-0"}) if model is variant else frozenset(),
+                                         {"a": object()}))
     assert hints.resolve(RoutingTable({}), "base:a") is variant
     assert hints.hinted(variant, "x", REQUEST).adapter_endpoints == frozenset({"base-0"})
     assert hints.hinted(entry("other"), "x", REQUEST) is REQUEST
@@ -48,8 +47,7 @@ def test_adapter_holders_come_from_the_attached_registry():
 
 def test_tokenizers_loaded_after_attaching_are_used():
     catalog = TokenizerCatalog(Path("/nonexistent"))
-    hints = SchedulingHints()
-    hints.attach_tokenizers(catalog, lambda: RoutingTable({}))  # at startup, before the load finishes
+    hints = SchedulingHints(tokenizers=catalog, table=lambda: RoutingTable({}))  # at startup, before the load finishes
     assert hints.hinted(entry("llama3"), "hello", REQUEST) is REQUEST
     catalog.load_one(TokenizerSource("llama3", TOKENIZERS / "llama3"))
     assert hints.hinted(entry("llama3"), "hello", REQUEST).count_prompt_tokens is not None
@@ -58,8 +56,7 @@ def test_tokenizers_loaded_after_attaching_are_used():
 def test_adapter_lookups_start_with_the_first_registration():
     registered: dict[str, object] = {}
     variant = entry("base")
-    hints = SchedulingHints()
-    hints.attach_adapters(lambda table, name: variant, lambda model: frozenset({"base-0"}), registered)
+    hints = SchedulingHints(AdapterHooks(lambda table, name: variant, lambda model: frozenset({"base-0"}), registered))
     assert hints.hinted(variant, "x", REQUEST) is REQUEST  # nothing registered: no lookup at all
     registered["a"] = object()
     assert hints.hinted(variant, "x", REQUEST).adapter_endpoints == frozenset({"base-0"})

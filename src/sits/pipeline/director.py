@@ -73,6 +73,7 @@ class Director:
         clock: Callable[[], float],
         rng: random.Random,
         metrics: GatewayMetrics = NO_METRICS,
+        hints: SchedulingHints | None = None,  # adapter variants, exact token counts, token-level translation
     ) -> None:
         self._metrics = metrics
         self._health = health
@@ -88,7 +89,7 @@ class Director:
         self._stats = stats
         self._clock = clock
         self._rng = rng
-        self._hints: SchedulingHints | None = None  # adapter variants, exact token counts (attach_hints)
+        self._hints = self._sender.hints = hints
         # endpoint views and a tier's load, built as the endpoint picker builds them (pipeline/pool_planner.py)
         self._planner = PoolPlanner(scheduler, stats, health, breakers, admission, rng, lambda: self._hints)
         self._resolver = self._new_resolver()
@@ -192,11 +193,6 @@ class Director:
         end_span(span)
         metrics.admitted(request.priority, self._clock() - now)
         return ticket
-
-    def attach_hints(self, hints: SchedulingHints) -> None:
-        """At startup: `base:adapter` variants and exact token counts (pipeline/scheduling_hints.py)."""
-        self._hints = self._sender.hints = hints
-        self._resolver = self._new_resolver()
 
     def attach_understander(self, understander: RequestUnderstander) -> None:
         """At startup, once its embedding model is loaded."""

@@ -16,6 +16,7 @@ Both sources are attached at startup by the composition root; without them nothi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import orjson
 
@@ -35,26 +36,26 @@ VariantResolver = Callable[[RoutingTable, str], ModelEntry | None]
 LoadedOn = Callable[[ModelEntry], frozenset[str]]
 
 
+class AdapterHooks(NamedTuple):
+    """The adapter registry's answers: a `base:adapter` model's variant, where it is loaded, and a live
+    read-only view of what is registered (lookups start with the first registration)."""
+
+    resolve: VariantResolver
+    loaded_on: LoadedOn
+    registered: Mapping[str, object]
+
+
 class SchedulingHints:
-    def __init__(self) -> None:
-        self._resolve: VariantResolver | None = None
-        self._loaded_on: LoadedOn | None = None
+    def __init__(self, adapters: AdapterHooks | None = None, tokenizers: TokenizerCatalog | None = None,
+                 table: Callable[[], RoutingTable] | None = None) -> None:
+        """`tokenizers` may still be loading: families loaded later are used from then on."""
+        self._resolve = adapters.resolve if adapters is not None else None
+        self._loaded_on = adapters.loaded_on if adapters is not None else None
         # Live read-only views of what is registered and loaded: tested for emptiness on every request,
         # a C-level truth test rather than a call into the registry or the catalog.
-        self._registered: Mapping[str, object] = {}
-        self._families: Mapping[str, object] = {}
-        self._tokenizers: TokenizerCatalog | None = None
-        self._table: Callable[[], RoutingTable] | None = None
-
-    def attach_adapters(self, resolve: VariantResolver, loaded_on: LoadedOn, registered: Mapping[str, object]) -> None:
-        """`registered`: a live view of the registered adapters (lookups start with the first one)."""
-        self._resolve = resolve
-        self._loaded_on = loaded_on
-        self._registered = registered
-
-    def attach_tokenizers(self, catalog: TokenizerCatalog, table: Callable[[], RoutingTable]) -> None:
-        self._tokenizers = catalog
-        self._families = catalog.bridge.maps
+        self._registered: Mapping[str, object] = adapters.registered if adapters is not None else {}
+        self._tokenizers = tokenizers
+        self._families: Mapping[str, object] = tokenizers.bridge.maps if tokenizers is not None else {}
         self._table = table
 
     def resolve(self, table: RoutingTable, name: str) -> ModelEntry | None:
