@@ -216,7 +216,7 @@ class Gateway:
             self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
                                                           resilience.min_retries_per_window)),
             FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
-            self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics, hints=hints,
+            lambda: self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics, hints=hints,
         )
         observer = RequestObserver(self.metrics, self.tracing, decisions, telemetry.logs, self.routing_table,
                                    clock=self._clock)
@@ -377,7 +377,6 @@ class Gateway:
             # Loads the embedding model (seconds) once, off the event loop, before any request.
             self._understander = await asyncio.to_thread(build_understander, self._understanding)
             await self._understander.start()
-            self._director.attach_understander(self._understander)
         await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
         await self.cluster.start()
         for part in self._background:  # stopped in the reverse order, after the drain (stop())

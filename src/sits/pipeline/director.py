@@ -69,7 +69,7 @@ class Director:
         fallback_policy: FallbackPolicy,
         answers: CacheStep,
         admission: Admission | None,
-        understander: RequestUnderstander | None,
+        understander: Callable[[], RequestUnderstander | None],  # built at startup, once its model has loaded
         clock: Callable[[], float],
         rng: random.Random,
         metrics: GatewayMetrics = NO_METRICS,
@@ -95,7 +95,7 @@ class Director:
         self._resolver = self._new_resolver()
 
     def _new_resolver(self) -> ModelResolver:
-        return ModelResolver(lambda: self._understander, self._workflows, self._hints, self._planner.tier_load)
+        return ModelResolver(self._understander, self._workflows, self._hints, self._planner.tier_load)
 
     async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer | WorkflowResult:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
@@ -193,10 +193,6 @@ class Director:
         end_span(span)
         metrics.admitted(request.priority, self._clock() - now)
         return ticket
-
-    def attach_understander(self, understander: RequestUnderstander) -> None:
-        """At startup, once its embedding model is loaded."""
-        self._understander = understander
 
     def attach_workflows(self, workflows: WorkflowRunner) -> None:
         """At build: the runner calls back into this director for every step."""
