@@ -12,12 +12,9 @@ import random
 from collections.abc import Callable, Iterator
 from operator import attrgetter
 
-import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
 from sits.errors import (
-    ContextTooLong,
-    ModelNotCapable,
     Overloaded,
     SitsError,
 )
@@ -29,21 +26,19 @@ from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
 from sits.pipeline.model_resolution import ModelResolver, RouteReason
-from sits.pipeline.pool_planner import PoolPlanner
+from sits.pipeline.pool_planner import Picked, PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.stream_resume import CHAT_API, resume_body
 from sits.pipeline.upstream_send import UpstreamSend
 from sits.pipeline.fusion.result import WorkflowResult
 from sits.pipeline.fusion.runner import WorkflowRunner
 from sits.scheduling.framework import ONLY_ENDPOINT, Decision
-from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
 from sits.scheduling.scheduler import Scheduler
-from sits.scheduling.types import SchedulingRequest
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 from sits.state.retry_budget import RetryBudget
-from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from sits.state.routing_table import ModelEntry, RoutingTable
 from sits.state.semantic_cache import CachedCompletion
 from sits.telemetry.metrics import NO_METRICS, GatewayMetrics
 from sits.telemetry.tracing import end_span
@@ -134,8 +129,8 @@ class Director:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
             span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
             if tier_plans is None:
-                primary, decision = self._plan(model, request, now, "primary")
-                route = _route_header(model, decision)
+                primary, picked = self._plan(model, request, now, "primary")
+                route = picked.route
                 plans = self._plans(table, primary, request, now)
             else:
                 primary = next(tier_plans)
@@ -143,7 +138,7 @@ class Director:
                                                                  self._plans(table, primary, request, now, False))
             end_span(span, attributes={"sits.route": route})
             metrics.decision(model.name, reason.value if reason is not RouteReason.NAMED
-                             else _scheduled_label(decision))
+                             else _scheduled_label(picked.decision))
             try:
                 exchange = await self._chain.run(request, body, plans)
             except AttemptsFailed as failed:
@@ -252,82 +247,28 @@ class Director:
 
     def _tier_plans(self, table: RoutingTable, tier: str, request: RoutingRequest,
                     now: float) -> tuple[str, Iterator[Plan]]:
-        """`auto`'s models, best first: one scheduling decision over every endpoint of every model of
-        the tier (the same filters and scorers as any request: health, circuit, features, context
-        window, SLA, load, cost), each model once in the order of its best endpoint; a tier with no
-        usable model falls through to the nearest tiers, which also follow the tier's models (lazily)
-        when those all fail. The x-sits-route value of the first decision comes with them."""
+        """`auto`'s models, best first (pool_planner.PoolPlanner.tier_ranking: each model of the tier in the
+        order of its best endpoint); a tier with no usable model falls through to the nearest tiers, which
+        also follow the tier's models (lazily) when those all fail. With the x-sits-route value."""
         tiers = nearest_tiers(tier)
         for i, candidate_tier in enumerate(tiers):
-            plans, route = self._tier_decision(table, candidate_tier, request, now, "primary")
-            if plans:
-                return route, itertools.chain(plans, self._later_tiers(table, tiers[i + 1:], request, now))
-        # Nothing can take it: the needed tier's first model answers why (e.g. a feature no model has).
-        fallback = table.models_in_tier(tier) or list(table.models.values())
-        plan, decision = self._plan(fallback[0], request, now, "primary")
-        return _route_header(fallback[0], decision), iter((plan,))
+            ranked = self._planner.tier_ranking(table, candidate_tier, request, now)
+            if ranked:
+                plans = (Plan(p.model, p.endpoints, "primary" if k == 0 else "tier") for k, p in enumerate(ranked))
+                return ranked[0].route, itertools.chain(plans, self._later_tiers(table, tiers[i + 1:], request, now))
+        picked = self._planner.tier(table, tier, request, now)  # none can: the needed tier's model says why
+        return picked.route, iter((Plan(picked.model, picked.endpoints, "primary", picked.error),))
 
     def _later_tiers(self, table: RoutingTable, tiers: list[str], request: RoutingRequest,
                      now: float) -> Iterator[Plan]:
         for tier in tiers:
-            yield from self._tier_decision(table, tier, request, now, "tier")[0]
-
-    def _tier_decision(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
-                       first_kind: PlanKind) -> tuple[list[Plan], str]:
-        models = table.models_in_tier(tier)
-        views = [v for m in models for v in self._planner.views(m, now)]
-        if not views:
-            return [], ""
-        # model "": the pool spans models (the model-match filter keeps every endpoint); no prefix
-        # affinity: another model's cache holds nothing of this prompt
-        wanted = SchedulingRequest("", request.api, request.stream, len(request.prompt_text) // 4,
-                                   request.max_tokens, request.needs, request.sla_ms)
-        decision = self._scheduler.schedule(wanted, views, self._rng)
-        if not decision.candidates:
-            return [], decision.route_header()
-        ranked = list(decision.candidates)
-        if decision.totals:  # every survivor of the filters, not only the picked few: each model gets a turn
-            order = sorted(range(len(decision.scored)), key=decision.totals.__getitem__, reverse=True)
-            ranked += [decision.scored[j] for j in order]
-        by_id = {e.id: e for m in models for e in m.endpoints}
-        by_model: dict[str, list[Endpoint]] = {}
-        for view in ranked:
-            chosen = by_model.setdefault(view.model, [])
-            if by_id[view.id] not in chosen:
-                chosen.append(by_id[view.id])
-        plans = [Plan(table.models[name], tuple(endpoints), first_kind if k == 0 else "tier")
-                 for k, (name, endpoints) in enumerate(by_model.items())]
-        return plans, f"{decision.route_header()}; tier={tier}"
+            for picked in self._planner.tier_ranking(table, tier, request, now):
+                yield Plan(picked.model, picked.endpoints, "tier")
 
     def _plan(self, model: ModelEntry, request: RoutingRequest, now: float,
-              kind: PlanKind) -> tuple[Plan, Decision | None]:
-        """The model's endpoints best first, and the decision that ranked them (None: none was ready)."""
-        views = self._planner.views(model, now)
-        if not any(map(_HEALTHY, views)):
-            return Plan(model, (), kind), None
-        # The prefix hash only ranks endpoints against each other: one endpoint needs none.
-        wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
-                                   request.max_tokens, request.needs, request.sla_ms,
-                                   prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
-        if self._hints is not None:
-            wanted = self._hints.hinted(model, request.prompt_text, wanted)
-        decision = self._scheduler.schedule(wanted, views, self._rng)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
-        candidates = decision.candidates
-        if not candidates:
-            return Plan(model, (), kind, _rejection(model, wanted, decision)), decision
-        if len(model.endpoints) == 1:  # views were built from these endpoints: the one candidate is it
-            return Plan(model, model.endpoints, kind), decision
-        by_id = {e.id: e for e in model.endpoints}
-        return Plan(model, tuple(by_id[v.id] for v in candidates), kind), decision
-
-
-def _route_header(model: ModelEntry, decision: Decision | None) -> str:
-    """The x-sits-route value of a model's scheduling decision."""
-    if decision is None:
-        return f"profile=none; pick=none; reason=no endpoint of {model.name} ready"
-    return decision.route_header()
+              kind: PlanKind) -> tuple[Plan, Picked]:
+        picked = self._planner.model(model, request, now)
+        return Plan(model, picked.endpoints, kind, picked.error), picked
 
 
 def _scheduled_label(decision: Decision | None) -> str:
@@ -335,24 +276,6 @@ def _scheduled_label(decision: Decision | None) -> str:
     if decision is None:
         return "no-endpoint-ready"
     return "only-endpoint" if decision.reason == ONLY_ENDPOINT else "scheduled"
-
-
-def _rejection(model: ModelEntry, wanted: SchedulingRequest, decision: Decision) -> SitsError | None:
-    """A decision with no candidate because the prompt exceeds the model's window is the client's
-    context error (the chain then tries larger-context models), whatever the number of endpoints;
-    one because the model lacks a capability the request needs is the client's too (the chain
-    then tries the model's fallbacks)."""
-    if decision.rejected_by == "capability-filter":
-        declared = model.features or frozenset()
-        missing = ", ".join(sorted(wanted.needs - declared))
-        return ModelNotCapable(f"The model '{model.name}' does not support {missing} (its features: "
-                               f"{', '.join(sorted(declared)) or 'none'}), and no fallback model that does "
-                               "could serve the request.", param="model")
-    if decision.rejected_by != "context-window-filter":
-        return None
-    return ContextTooLong(f"This model's maximum context length is {model.context_window} tokens; the messages "
-                          f"need about {wanted.prompt_tokens_estimate + wanted.max_tokens} tokens. Please reduce "
-                          "the length of the messages.", param="messages")
 
 
 def _final_error(model: str, failed: AttemptsFailed) -> SitsError:

@@ -1,17 +1,20 @@
-"""Scheduling without sending: the endpoints of a model (or of `auto`'s tier) ranked best first.
+"""The schedule stage: the endpoints of a model (or of `auto`'s tier) ranked best first.
 
-The director schedules and then sends; a door that only picks (the endpoint picker behind Envoy,
-api/epp/) needs the same views and the same decision, and nothing else. The pieces here build them
-the way the director does (health and circuit state, live stats, engine load, the model's declared
-metadata, prefix affinity, adapter and tokenizer hints), with one addition the picker needs: an
-`allowed` predicate that keeps only some endpoints (the proxy's subset hint).
+The director schedules here and then sends; the endpoint picker behind Envoy (api/epp/) only picks. Both
+get the same views (health and circuit state, live stats, engine load, the model's declared metadata)
+and the same decision (prefix affinity, adapter and tokenizer hints); the picker adds an `allowed`
+predicate that keeps only some endpoints (the proxy's subset hint).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from operator import attrgetter
+from typing import NamedTuple
+
+import orjson
 
 from sits.errors import ContextTooLong, ModelNotCapable, SitsError
 from sits.pipeline.admission_step import Admission
@@ -29,17 +32,28 @@ from sits.understanding.tier_rule import nearest_tiers
 
 DEFAULT_ENDPOINT_CAPACITY = 4  # requests an endpoint takes at once, for a tier's load, when nothing says
 Allowed = Callable[[Endpoint], bool]
+_HEALTHY = attrgetter("healthy")
+log = logging.getLogger("sits.scheduling")
 
 
-@dataclass(frozen=True, slots=True)
-class Picked:
-    """A model and its endpoints best first (empty: none can take the request, `error` says why if
-    the request itself is the reason), with the x-sits-route value of the decision."""
+class Picked(NamedTuple):
+    """A model and its endpoints best first (empty: none can take the request; `error` says why when
+    the request itself is the reason), and the decision that ranked them (None: none was ready).
+    A named tuple: one is built for every request."""
 
     model: ModelEntry
     endpoints: tuple[Endpoint, ...]
-    route: str
+    decision: Decision | None
     error: SitsError | None = None
+    tier: str | None = None  # for `auto`: the tier the decision was made in
+
+    @property
+    def route(self) -> str:
+        """The x-sits-route value of the decision."""
+        if self.decision is None:
+            return f"profile=none; pick=none; reason=no endpoint of {self.model.name} ready"
+        header = self.decision.route_header()
+        return header if self.tier is None else f"{header}; tier={self.tier}"
 
 
 class PoolPlanner:
@@ -68,6 +82,7 @@ class PoolPlanner:
             engine = s.engine
             if limits is not None and engine is not None:
                 limits.get(e.id).observe_engine(engine)  # engine queue / KV-cache pressure caps the limit
+            # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
             views.append(EndpointView(
                 e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s,
                 s.latency_p95_s, s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
@@ -81,8 +96,9 @@ class PoolPlanner:
               allowed: Allowed | None = None) -> Picked:
         """The model's (allowed) endpoints best first."""
         views = self.views(model, now, allowed)
-        if not any(v.healthy for v in views):
-            return Picked(model, (), f"profile=none; pick=none; reason=no endpoint of {model.name} ready")
+        if not any(map(_HEALTHY, views)):
+            return Picked(model, (), None)
+        # The prefix hash only ranks endpoints against each other: one endpoint needs none.
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
                                    request.max_tokens, request.needs, request.sla_ms,
                                    prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
@@ -90,33 +106,47 @@ class PoolPlanner:
         if hints is not None:
             wanted = hints.hinted(model, request.prompt_text, wanted)
         decision = self._scheduler.schedule(wanted, views, self._rng)
-        if not decision.candidates:
-            return Picked(model, (), decision.route_header(), rejection(model, wanted, decision))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
+        candidates = decision.candidates
+        if not candidates:
+            return Picked(model, (), decision, rejection(model, wanted, decision))
+        if len(model.endpoints) == 1:  # views were built from these endpoints: the one candidate is it
+            return Picked(model, model.endpoints, decision)
         by_id = {e.id: e for e in model.endpoints}
-        return Picked(model, tuple(by_id[v.id] for v in decision.candidates), decision.route_header())
+        return Picked(model, tuple(by_id[v.id] for v in candidates), decision)
+
+    def tier_ranking(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
+                     allowed: Allowed | None = None) -> list[Picked]:
+        """`auto` within one tier: one decision over every (allowed) endpoint of every model of the tier
+        (the same filters and scorers as any request), each model once in the order of its best endpoint;
+        empty when none of them can take the request."""
+        models = table.models_in_tier(tier)
+        views = [v for m in models for v in self.views(m, now, allowed)]
+        if not views:
+            return []
+        # model "": the pool spans models (the model-match filter keeps every endpoint); no prefix
+        # affinity: another model's cache holds nothing of this prompt
+        wanted = SchedulingRequest("", request.api, request.stream, len(request.prompt_text) // 4,
+                                   request.max_tokens, request.needs, request.sla_ms)
+        decision = self._scheduler.schedule(wanted, views, self._rng)
+        if not decision.candidates:
+            return []
+        by_id = {e.id: e for m in models for e in m.endpoints}
+        by_model: dict[str, dict[Endpoint, None]] = {}
+        for view in _ranked(decision):  # the picked few, then every other survivor: each model gets a turn
+            by_model.setdefault(view.model, {})[by_id[view.id]] = None
+        return [Picked(table.models[name], tuple(endpoints), decision, tier=tier)
+                for name, endpoints in by_model.items()]
 
     def tier(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
              allowed: Allowed | None = None) -> Picked:
-        """`auto`'s pick: one decision over every (allowed) endpoint of every model of the tier, the
-        nearest tiers in turn when none of the tier's can take it; the best model with its endpoints
-        best first."""
+        """`auto`'s pick: the best model of the tier, else of the nearest tiers in turn; when no tier can
+        take the request, the needed tier's first model answers why (e.g. a feature no model has)."""
         for candidate_tier in nearest_tiers(tier):
-            models = table.models_in_tier(candidate_tier)
-            views = [v for m in models for v in self.views(m, now, allowed)]
-            if not views:
-                continue
-            # model "": the pool spans models; no prefix affinity (another model's cache holds nothing of this)
-            wanted = SchedulingRequest("", request.api, request.stream, len(request.prompt_text) // 4,
-                                       request.max_tokens, request.needs, request.sla_ms)
-            decision = self._scheduler.schedule(wanted, views, self._rng)
-            if not decision.candidates:
-                continue
-            by_id = {e.id: e for m in models for e in m.endpoints}
-            best = decision.candidates[0].model
-            ranked = [by_id[v.id] for v in _ranked(decision) if v.model == best]
-            endpoints = tuple(dict.fromkeys(ranked))
-            return Picked(table.models[best], endpoints, f"{decision.route_header()}; tier={candidate_tier}")
-        # Nothing can take it: the needed tier's first model answers why (e.g. a feature no model has).
+            ranked = self.tier_ranking(table, candidate_tier, request, now, allowed)
+            if ranked:
+                return ranked[0]
         fallback = table.models_in_tier(tier) or list(table.models.values())
         return self.model(fallback[0], request, now, allowed)
 
