@@ -155,8 +155,8 @@ class LlamaEngine:
                     f"{self._model_path.name} has no chat template; use prompt format 'plain'",
                     code="no_chat_template",
                 )
-            # Same formatter llama.cpp applies in create_chat_completion; kept to count
-            # prompt tokens for streamed usage, which llama.cpp does not report.
+            # The formatter llama.cpp's create_chat_completion would apply; the engine formats and
+            # tokenizes the prompt itself, once, to evaluate it in fixed chunks (`_prefill`).
             self._chat_formatter = Jinja2ChatFormatter(
                 template=template,
                 eos_token=llama.detokenize([llama.token_eos()], special=True).decode(),
@@ -179,16 +179,12 @@ class LlamaEngine:
             "seed": params.seed if params.seed is not None else random.randrange(2**31),
             "stream": True,
         }
+        # The prompt is tokenized once and handed to llama.cpp as tokens: the same ones `_prefill` evaluated.
         if job.messages is not None and self._prompt_format == "chat-template":
-            messages = [_template_message(m) for m in job.messages]
-            tokens = self._chat_prompt_tokens(llama, messages)
-            prompt_tokens = len(tokens)
-            self._check_context(prompt_tokens, param="messages")
-            self._prefill(llama, tokens)
-            chunks = llama.create_chat_completion(
-                messages=messages, stop=list(params.stop), **sampling
-            )
-            text_key = "delta"
+            formatted = self._chat_formatter(messages=[_template_message(m) for m in job.messages])
+            tokens = llama.tokenize(formatted.prompt.encode(), add_bos=not formatted.added_special, special=True)
+            template_stops = [formatted.stop] if isinstance(formatted.stop, str) else formatted.stop or []
+            stops, criteria, param = [*params.stop, *template_stops], formatted.stopping_criteria, "messages"
         else:
             if job.messages is not None:
                 prompt = render_transcript(job.messages)
@@ -197,18 +193,18 @@ class LlamaEngine:
                 prompt = job.prompt or ""
                 stops = list(params.stop)
             tokens = llama.tokenize(prompt.encode(), add_bos=True, special=True)
-            prompt_tokens = len(tokens)
-            self._check_context(prompt_tokens, param="prompt" if job.prompt is not None else "messages")
-            self._prefill(llama, tokens)
-            chunks = llama.create_completion(prompt=prompt, stop=stops, **sampling)
-            text_key = "text"
+            criteria, param = None, "prompt" if job.prompt is not None else "messages"
+        prompt_tokens = len(tokens)
+        self._check_context(prompt_tokens, param=param)
+        self._prefill(llama, tokens)
+        chunks = llama.create_completion(prompt=tokens, stop=stops, stopping_criteria=criteria, **sampling)
         finish_reason = "stop"
         # after "Assistant:" a base model starts with a space that is no part of the answer
         leading_space = job.messages is not None and self._prompt_format == "plain"
         with closing(chunks):
             for chunk in chunks:
                 choice = chunk["choices"][0]
-                piece = choice["delta"].get("content") if text_key == "delta" else choice["text"]
+                piece = choice["text"]
                 if piece and leading_space:
                     piece = piece.lstrip()
                     leading_space = not piece
@@ -249,12 +245,6 @@ class LlamaEngine:
         for begin in range(start, len(tokens), chunk):
             llama.eval(tokens[begin:begin + chunk])
         self._reusable = (len(tokens) // chunk) * chunk
-
-    def _chat_prompt_tokens(self, llama: Llama, messages: list[dict[str, str]]) -> list[int]:
-        formatted = self._chat_formatter(messages=messages)
-        return llama.tokenize(
-            formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
-        )
 
     def _check_context(self, prompt_tokens: int, *, param: str) -> None:
         if prompt_tokens >= self._n_ctx:
