@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 
 from sits.runtime.tasks import cancel_and_wait
 from sits.backends.engine_metrics import LLAMA_CPP, parse_engine_metrics, with_llama_cpp_slots
-from sits.backends.http_client import ConnectionPool, Origin, Timeouts
+from sits.backends.endpoint_call import endpoint_call
+from sits.backends.http_client import ConnectionPool, Timeouts
 from sits.errors import SitsError
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint
@@ -82,14 +83,10 @@ class EngineMetricsScraper:
         return True
 
     async def _get(self, endpoint: Endpoint, path: str) -> tuple[int, bytes]:
-        host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
-        request = (f"GET {path} HTTP/1.1\r\nhost: {host}:{endpoint.port}\r\nuser-agent: sits\r\n"
-                   "accept: text/plain, application/json\r\n\r\n").encode("latin-1")
         pool = self._guarded_pool if endpoint.guarded else self._pool
-        response = await pool.request(Origin(endpoint.scheme, endpoint.host, endpoint.port), request,
-                                      self._timeouts)
-        body = await response.read()
-        return (response.status, body) if len(body) <= MAX_METRICS_BYTES else (413, b"")
+        status, body = await endpoint_call(pool, endpoint, "GET", path, self._timeouts,
+                                           accept="text/plain, application/json")
+        return (status, body) if len(body) <= MAX_METRICS_BYTES else (413, b"")
 
     def _back_off(self, endpoint_id: str) -> None:
         misses = self._misses[endpoint_id] = self._misses.get(endpoint_id, 0) + 1

@@ -24,7 +24,8 @@ from typing import Any
 
 import orjson
 
-from sits.backends.http_client import ConnectionPool, Origin, Timeouts
+from sits.backends.endpoint_call import endpoint_call
+from sits.backends.http_client import ConnectionPool, Timeouts
 from sits.errors import SlotActionFailed, SlotActionsUnsupported, UpstreamProtocolError, UpstreamStatusError
 from sits.state.routing_table import Endpoint
 
@@ -93,21 +94,12 @@ class LlamaCppSlots:
             raise SlotActionFailed(f"{endpoint.id} has no slot {slot} (it has {count})", param="slot")
 
     async def _call(self, endpoint: Endpoint, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
-        payload = orjson.dumps(body) if body is not None else b""
-        head = (f"{method} {path} HTTP/1.1\r\nhost: {host}:{endpoint.port}\r\nuser-agent: sits\r\n"
-                f"accept: application/json\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(payload)}\r\n")
-        if endpoint.api_key:
-            head += f"authorization: Bearer {endpoint.api_key}\r\n"
         pool = self._guarded_pool if endpoint.guarded else self._pool
-        response = await pool.request(Origin(endpoint.scheme, endpoint.host, endpoint.port),
-                                      head.encode("latin-1") + b"\r\n" + payload, self._timeouts)
-        raw = await response.read()
+        status, raw = await endpoint_call(pool, endpoint, method, path, self._timeouts, body)
         if len(raw) > MAX_BODY_BYTES:
             raise UpstreamProtocolError(f"{endpoint.id}: {path} answered over {MAX_BODY_BYTES} bytes")
-        if response.status != 200:
-            raise _slot_error(endpoint, path, response.status, raw)
+        if status != 200:
+            raise _slot_error(endpoint, path, status, raw)
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from sits.backends.http_client import ConnectionPool, Origin, Timeouts
+from sits.backends.endpoint_call import endpoint_call
+from sits.backends.http_client import ConnectionPool, Timeouts
 from sits.errors import Conflict, InvalidRequest, NotFound, UpstreamProtocolError, UpstreamStatusError
 from sits.state.routing_table import Endpoint
 
@@ -118,18 +119,7 @@ class VllmAdmin:
         return value
 
     async def _call(self, endpoint: Endpoint, method: str, path: str, body: dict[str, object] | None) -> EngineAnswer:
-        host = endpoint.host if ":" not in endpoint.host else f"[{endpoint.host}]"
-        payload = orjson.dumps(body) if body is not None else b""
-        head = [f"{method} {path} HTTP/1.1", f"host: {host}:{endpoint.port}", "user-agent: sits",
-                "accept: application/json", f"content-length: {len(payload)}"]
-        if body is not None:
-            head.append("content-type: application/json")
-        if endpoint.api_key:
-            head.append(f"authorization: Bearer {endpoint.api_key}")
-        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
-        response = await self._pool.request(Origin(endpoint.scheme, endpoint.host, endpoint.port), request,
-                                            self._timeouts)
-        return EngineAnswer(response.status, await response.read())
+        return EngineAnswer(*await endpoint_call(self._pool, endpoint, method, path, self._timeouts, body))
 
     @staticmethod
     def _text(endpoint: Endpoint, answer: EngineAnswer, what: str) -> str:
