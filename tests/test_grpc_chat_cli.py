@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sits.api.grpc_server import with_grpc_port
-from sits.control.config import parse_config
+from sits.control.config import parse_config, with_server
 from sits.errors import ConfigError
 from tests.conftest import one_model_config
 
@@ -41,10 +40,10 @@ async def test_chat_over_grpc_reports_the_gateways_error(upstream, start_gateway
 
 def test_grpc_port_flag_is_validated_like_the_config_key():
     config = parse_config(one_model_config("http://127.0.0.1:9/v1"))
-    assert with_grpc_port(config, 50051).server.grpc_port == 50051
-    assert with_grpc_port(config, 50051).server.drain_timeout_s == 2
+    assert with_server(config, grpc_port=50051).server.grpc_port == 50051
+    assert with_server(config, grpc_port=50051).server.drain_timeout_s == 2
     with pytest.raises(ConfigError, match="grpc_port"):
-        with_grpc_port(config, 70000)
+        with_server(config, grpc_port=70000)
 
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "grpc_client.py"

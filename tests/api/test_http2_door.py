@@ -15,9 +15,8 @@ import openai
 import pytest
 import trustme
 
-from sits.api.http2_door import with_http2_port
 from sits.app import Gateway
-from sits.control.config import parse_config
+from sits.control.config import parse_config, with_server
 from sits.errors import ConfigError
 from sits.settings import Settings
 from tests.conftest import one_model_config
@@ -115,9 +114,9 @@ def test_config_is_validated_naming_the_key(server, expected):
 
 def test_http2_port_flag_is_validated_like_the_config_key():
     config = parse_config({"server": {"port": 8080}, "models": [{"name": "m", "endpoints": [{"url": "http://a/v1"}]}]})
-    assert with_http2_port(config, 8081).server.http2_port == 8081
+    assert with_server(config, http2_port=8081).server.http2_port == 8081
     with pytest.raises(ConfigError) as info:
-        with_http2_port(config, 8080)
+        with_server(config, http2_port=8080)
     assert "http2_port and port are both 8080" in info.value.message
 
 

@@ -14,11 +14,9 @@ from collections.abc import Callable
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from pydantic import ValidationError
 
 from sits.api.epp.picker import EndpointPicker
 from sits.api.epp.service import ExternalProcessor
-from sits.control.config import GatewayConfig, ServerConfig, config_error
 from sits.errors import ConfigError
 
 log = logging.getLogger("sits")
@@ -69,12 +67,3 @@ class EppServer:
                 await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
             await self._server.stop(grace_s)
             self._server = None
-
-
-def with_epp_port(config: GatewayConfig, port: int) -> GatewayConfig:
-    """`config` with `server.epp_port` set (`sits serve --epp-port`), validated like the YAML key."""
-    try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), "epp_port": port})
-    except ValidationError as exc:
-        raise config_error(exc, "server") from None
-    return config.model_copy(update={"server": server})

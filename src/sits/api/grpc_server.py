@@ -10,14 +10,12 @@ import logging
 from collections.abc import Callable
 
 import grpc
-from pydantic import ValidationError
 
 from sits.api.auth import DataPlaneKeys
 from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc.chat_service import ChatCompletionsService
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import RequestObserver
-from sits.control.config import GatewayConfig, ServerConfig, config_error
 from sits.errors import ConfigError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.director import Director
@@ -61,12 +59,3 @@ class GrpcServer:
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
-
-
-def with_grpc_port(config: GatewayConfig, port: int) -> GatewayConfig:
-    """`config` with `server.grpc_port` set (`sits serve --grpc-port`), validated like the YAML key."""
-    try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), "grpc_port": port})
-    except ValidationError as exc:
-        raise config_error(exc, "server") from None
-    return config.model_copy(update={"server": server})

@@ -15,12 +15,11 @@ import logging
 import ssl
 from collections.abc import Callable
 
-from pydantic import ValidationError
 
 from sits.api.http2_server import Http2Connections, Http2ServerProtocol
 from sits.api.http_server import ErrorRenderer, ServerLimits
 from sits.api.http_types import Handler
-from sits.control.config import GatewayConfig, ServerConfig, TlsConfig, config_error
+from sits.control.config import TlsConfig
 from sits.errors import ConfigError
 
 log = logging.getLogger("sits")
@@ -112,12 +111,3 @@ class Http2Door:
     def close_all(self) -> None:
         self.connections.close_all()
         self.connections.stop_idle_sweep()
-
-
-def with_http2_port(config: GatewayConfig, port: int) -> GatewayConfig:
-    """`config` with `server.http2_port` set (`sits serve --http2-port`), validated like the YAML key."""
-    try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), "http2_port": port})
-    except ValidationError as exc:
-        raise config_error(exc, "server") from None
-    return config.model_copy(update={"server": server})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sits import __version__
 from sits.cli.cluster import add_cluster_commands
-from sits.control.config import GatewayConfig, load_config
+from sits.control.config import GatewayConfig, load_config, with_server
 from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
 from sits.cli.models import add_models_commands
@@ -95,18 +95,9 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     configure_logging(settings.log_level, settings.log_format)
     config = _gateway_config(settings, args.backend)
-    if args.grpc_port is not None:
-        from sits.api.grpc_server import with_grpc_port
-
-        config = with_grpc_port(config, args.grpc_port)
-    if args.epp_port is not None:
-        from sits.api.epp_server import with_epp_port
-
-        config = with_epp_port(config, args.epp_port)
-    if args.http2_port is not None:
-        from sits.api.http2_door import with_http2_port
-
-        config = with_http2_port(config, args.http2_port)
+    ports = {key: getattr(args, key) for key in ("grpc_port", "epp_port", "http2_port") if getattr(args, key) is not None}
+    if ports:
+        config = with_server(config, **ports)
     run(settings, config)
     return 0
 

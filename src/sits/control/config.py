@@ -244,6 +244,16 @@ class GatewayConfig(_Strict):
         return aliases
 
 
+def with_server(config: GatewayConfig, **settings: object) -> GatewayConfig:
+    """`config` with these `server:` keys set (the command line's --grpc-port, --epp-port, --http2-port),
+    validated as the YAML keys are."""
+    try:
+        server = ServerConfig.model_validate({**config.server.model_dump(), **settings})
+    except ValidationError as exc:
+        raise config_error(exc, "server") from None
+    return config.model_copy(update={"server": server})
+
+
 def load_config(path: Path) -> GatewayConfig:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
