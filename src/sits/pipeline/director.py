@@ -98,8 +98,7 @@ class Director:
         table = self._table()
         metrics, trace = self._metrics, request.trace
         resolved = self._resolver.named(table, request) or await self._resolver.resolve(table, request)
-        tier_plans: Iterator[Plan] | None = None
-        tier_route = ""
+        tier_rest: Iterator[Plan] | None = None  # auto: the tier's other models, then the nearest tiers'
         if isinstance(resolved, ModelEntry):  # the common case: the client named a model or alias
             model, why, intent, reason = resolved, "", "", RouteReason.NAMED
         else:
@@ -108,9 +107,8 @@ class Director:
                 assert self._workflows is not None
                 return await self._workflows.run(resolved.workflow, request, body, intent)
             if resolved.tier is not None:
-                tier_route, tier_plans = self._tier_plans(table, resolved.tier, request, self._clock())
-                first = next(tier_plans)
-                model, tier_plans = first.model, itertools.chain((first,), tier_plans)
+                tier_route, tier_primary, tier_rest = self._tier_plans(table, resolved.tier, request, self._clock())
+                model = tier_primary.model
             else:
                 assert resolved.model is not None
                 model = resolved.model
@@ -128,17 +126,15 @@ class Director:
         try:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
             span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
-            if tier_plans is None:
+            if tier_rest is None:
                 primary, picked = self._plan(model, request, now, "primary")
-                route = picked.route
-                plans = self._plans(table, primary, request, now)
+                route, plans = picked.route, self._plans(table, primary, request, now)
+                label = _scheduled_label(picked.decision) if reason is RouteReason.NAMED else reason.value
             else:
-                primary = next(tier_plans)
-                route, plans = tier_route, itertools.chain((primary,), tier_plans,
-                                                                 self._plans(table, primary, request, now, False))
+                route, label = tier_route, reason.value
+                plans = itertools.chain((tier_primary,), tier_rest, self._plans(table, tier_primary, request, now, False))
             end_span(span, attributes={"sits.route": route})
-            metrics.decision(model.name, reason.value if reason is not RouteReason.NAMED
-                             else _scheduled_label(picked.decision))
+            metrics.decision(model.name, label)
             try:
                 exchange = await self._chain.run(request, body, plans)
             except AttemptsFailed as failed:
@@ -246,18 +242,21 @@ class Director:
             yield self._plan(bigger, request, now, "larger-context")[0]
 
     def _tier_plans(self, table: RoutingTable, tier: str, request: RoutingRequest,
-                    now: float) -> tuple[str, Iterator[Plan]]:
+                    now: float) -> tuple[str, Plan, Iterator[Plan]]:
         """`auto`'s models, best first (pool_planner.PoolPlanner.tier_ranking: each model of the tier in the
         order of its best endpoint); a tier with no usable model falls through to the nearest tiers, which
-        also follow the tier's models (lazily) when those all fail. With the x-sits-route value."""
+        also follow the tier's models (lazily) when those all fail. The x-sits-route value, the first plan,
+        the rest."""
         tiers = nearest_tiers(tier)
         for i, candidate_tier in enumerate(tiers):
             ranked = self._planner.tier_ranking(table, candidate_tier, request, now)
             if ranked:
-                plans = (Plan(p.model, p.endpoints, "primary" if k == 0 else "tier") for k, p in enumerate(ranked))
-                return ranked[0].route, itertools.chain(plans, self._later_tiers(table, tiers[i + 1:], request, now))
-        picked = self._planner.tier(table, tier, request, now)  # none can: the needed tier's model says why
-        return picked.route, iter((Plan(picked.model, picked.endpoints, "primary", picked.error),))
+                first, *others = ranked
+                rest = itertools.chain((Plan(p.model, p.endpoints, "tier") for p in others),
+                                       self._later_tiers(table, tiers[i + 1:], request, now))
+                return first.route, Plan(first.model, first.endpoints, "primary"), rest
+        picked = self._planner.no_tier_can(table, tier, request, now)
+        return picked.route, Plan(picked.model, picked.endpoints, "primary", picked.error), iter(())
 
     def _later_tiers(self, table: RoutingTable, tiers: list[str], request: RoutingRequest,
                      now: float) -> Iterator[Plan]:

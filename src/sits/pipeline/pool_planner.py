@@ -147,6 +147,11 @@ class PoolPlanner:
             ranked = self.tier_ranking(table, candidate_tier, request, now, allowed)
             if ranked:
                 return ranked[0]
+        return self.no_tier_can(table, tier, request, now, allowed)
+
+    def no_tier_can(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
+                    allowed: Allowed | None = None) -> Picked:
+        """No tier's models can take the request: the needed tier's first model says why."""
         fallback = table.models_in_tier(tier) or list(table.models.values())
         return self.model(fallback[0], request, now, allowed)
 
