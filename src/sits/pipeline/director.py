@@ -24,9 +24,9 @@ from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
-from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan, PlanKind
+from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan
 from sits.pipeline.model_resolution import ModelResolver, RouteReason
-from sits.pipeline.pool_planner import Picked, PoolPlanner
+from sits.pipeline.pool_planner import PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.stream_resume import CHAT_API, resume_body
 from sits.pipeline.upstream_send import UpstreamSend
@@ -127,9 +127,9 @@ class Director:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
             span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
             if tier_rest is None:
-                primary, picked = self._plan(model, request, now, "primary")
-                route, plans = picked.route, self._plans(table, primary, request, now)
-                label = _scheduled_label(picked.decision) if reason is RouteReason.NAMED else reason.value
+                primary = self._planner.model(model, request, now)
+                route, plans = primary.route, self._plans(table, primary, request, now)
+                label = _scheduled_label(primary.decision) if reason is RouteReason.NAMED else reason.value
             else:
                 route, label = tier_route, reason.value
                 plans = itertools.chain((tier_primary,), tier_rest, self._plans(table, tier_primary, request, now, False))
@@ -215,7 +215,7 @@ class Director:
         if continued is None:
             return None
         now = self._clock()
-        primary = self._plan(model, request, now, "primary")[0]
+        primary = self._planner.model(model, request, now)
         others = Plan(model, tuple(e for e in primary.endpoints if e.id != broken.endpoint.id), "primary")
         try:
             exchange = await self._chain.run(request, continued, self._plans(table, others, request, now))
@@ -234,12 +234,12 @@ class Director:
         for name in model.fallbacks:
             fallback = table.models.get(name)
             if fallback is not None:
-                yield self._plan(fallback, request, now, "fallback")[0]
+                yield self._planner.model(fallback, request, now, kind="fallback")
         window = model.context_window or 0
         larger = sorted((m for m in table.models.values() if m.context_window and m.context_window > window
                          and m.name != model.name), key=lambda m: m.context_window or 0)
         for bigger in larger:
-            yield self._plan(bigger, request, now, "larger-context")[0]
+            yield self._planner.model(bigger, request, now, kind="larger-context")
 
     def _tier_plans(self, table: RoutingTable, tier: str, request: RoutingRequest,
                     now: float) -> tuple[str, Plan, Iterator[Plan]]:
@@ -252,22 +252,14 @@ class Director:
             ranked = self._planner.tier_ranking(table, candidate_tier, request, now)
             if ranked:
                 first, *others = ranked
-                rest = itertools.chain((Plan(p.model, p.endpoints, "tier") for p in others),
-                                       self._later_tiers(table, tiers[i + 1:], request, now))
-                return first.route, Plan(first.model, first.endpoints, "primary"), rest
-        picked = self._planner.no_tier_can(table, tier, request, now)
-        return picked.route, Plan(picked.model, picked.endpoints, "primary", picked.error), iter(())
+                return first.route, first, itertools.chain(others, self._later_tiers(table, tiers[i + 1:], request, now))
+        first = self._planner.no_tier_can(table, tier, request, now)
+        return first.route, first, iter(())
 
     def _later_tiers(self, table: RoutingTable, tiers: list[str], request: RoutingRequest,
                      now: float) -> Iterator[Plan]:
         for tier in tiers:
-            for picked in self._planner.tier_ranking(table, tier, request, now):
-                yield Plan(picked.model, picked.endpoints, "tier")
-
-    def _plan(self, model: ModelEntry, request: RoutingRequest, now: float,
-              kind: PlanKind) -> tuple[Plan, Picked]:
-        picked = self._planner.model(model, request, now)
-        return Plan(model, picked.endpoints, kind, picked.error), picked
+            yield from self._planner.tier_ranking(table, tier, request, now, first_kind="tier")
 
 
 def _scheduled_label(decision: Decision | None) -> str:

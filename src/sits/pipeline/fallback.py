@@ -18,6 +18,7 @@ from typing import Literal, NamedTuple
 from sits.errors import ContextTooLong, SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
+from sits.scheduling.framework import Decision
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.retry_budget import RetryBudget
@@ -32,12 +33,25 @@ _CONTEXT_MARKERS = (b"context_length_exceeded", b"maximum context length", b"con
 
 
 class Plan(NamedTuple):
+    """A model and its endpoints best first, as scheduling ranked them (pipeline/pool_planner.py).
+    A named tuple: one is built for every request."""
+
     model: ModelEntry
-    endpoints: tuple[Endpoint, ...]  # best first
+    endpoints: tuple[Endpoint, ...]  # best first; empty: none can take the request
     kind: PlanKind
     # Why scheduling ruled out every endpoint, as the client would see it (ContextTooLong: the prompt
     # exceeds every window, which moves on to larger-context models like an upstream context error).
     rejected: SitsError | None = None
+    decision: Decision | None = None  # the decision that ranked them (None: no endpoint was ready)
+    tier: str | None = None  # for `auto`: the tier the decision was made in
+
+    @property
+    def route(self) -> str:
+        """The x-sits-route value of the decision."""
+        if self.decision is None:
+            return f"profile=none; pick=none; reason=no endpoint of {self.model.name} ready"
+        header = self.decision.route_header()
+        return header if self.tier is None else f"{header}; tier={self.tier}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,13 +12,13 @@ import logging
 import random
 from collections.abc import Callable
 from operator import attrgetter
-from typing import NamedTuple
 
 import orjson
 
 from sits.errors import ContextTooLong, ModelNotCapable, SitsError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.context import RoutingRequest
+from sits.pipeline.fallback import Plan, PlanKind
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.scheduling.framework import Decision
 from sits.scheduling.plugins.prefix_affinity_scorer import prefix_hash
@@ -34,26 +34,6 @@ DEFAULT_ENDPOINT_CAPACITY = 4  # requests an endpoint takes at once, for a tier'
 Allowed = Callable[[Endpoint], bool]
 _HEALTHY = attrgetter("healthy")
 log = logging.getLogger("sits.scheduling")
-
-
-class Picked(NamedTuple):
-    """A model and its endpoints best first (empty: none can take the request; `error` says why when
-    the request itself is the reason), and the decision that ranked them (None: none was ready).
-    A named tuple: one is built for every request."""
-
-    model: ModelEntry
-    endpoints: tuple[Endpoint, ...]
-    decision: Decision | None
-    error: SitsError | None = None
-    tier: str | None = None  # for `auto`: the tier the decision was made in
-
-    @property
-    def route(self) -> str:
-        """The x-sits-route value of the decision."""
-        if self.decision is None:
-            return f"profile=none; pick=none; reason=no endpoint of {self.model.name} ready"
-        header = self.decision.route_header()
-        return header if self.tier is None else f"{header}; tier={self.tier}"
 
 
 class PoolPlanner:
@@ -92,12 +72,12 @@ class PoolPlanner:
             ))
         return views
 
-    def model(self, model: ModelEntry, request: RoutingRequest, now: float,
-              allowed: Allowed | None = None) -> Picked:
+    def model(self, model: ModelEntry, request: RoutingRequest, now: float, allowed: Allowed | None = None,
+              kind: PlanKind = "primary") -> Plan:
         """The model's (allowed) endpoints best first."""
         views = self.views(model, now, allowed)
         if not any(map(_HEALTHY, views)):
-            return Picked(model, (), None)
+            return Plan(model, (), kind)
         # The prefix hash only ranks endpoints against each other: one endpoint needs none.
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
                                    request.max_tokens, request.needs, request.sla_ms,
@@ -110,17 +90,17 @@ class PoolPlanner:
             log.debug("route %s %s", request.request_id, orjson.dumps(decision.explain()).decode())
         candidates = decision.candidates
         if not candidates:
-            return Picked(model, (), decision, rejection(model, wanted, decision))
+            return Plan(model, (), kind, rejection(model, wanted, decision), decision)
         if len(model.endpoints) == 1:  # views were built from these endpoints: the one candidate is it
-            return Picked(model, model.endpoints, decision)
+            return Plan(model, model.endpoints, kind, None, decision)
         by_id = {e.id: e for e in model.endpoints}
-        return Picked(model, tuple(by_id[v.id] for v in candidates), decision)
+        return Plan(model, tuple(by_id[v.id] for v in candidates), kind, None, decision)
 
     def tier_ranking(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
-                     allowed: Allowed | None = None) -> list[Picked]:
+                     allowed: Allowed | None = None, first_kind: PlanKind = "primary") -> list[Plan]:
         """`auto` within one tier: one decision over every (allowed) endpoint of every model of the tier
         (the same filters and scorers as any request), each model once in the order of its best endpoint;
-        empty when none of them can take the request."""
+        empty when none of them can take the request. The first plan is `first_kind`, the others "tier"."""
         models = table.models_in_tier(tier)
         views = [v for m in models for v in self.views(m, now, allowed)]
         if not views:
@@ -136,11 +116,11 @@ class PoolPlanner:
         by_model: dict[str, dict[Endpoint, None]] = {}
         for view in _ranked(decision):  # the picked few, then every other survivor: each model gets a turn
             by_model.setdefault(view.model, {})[by_id[view.id]] = None
-        return [Picked(table.models[name], tuple(endpoints), decision, tier=tier)
-                for name, endpoints in by_model.items()]
+        return [Plan(table.models[name], tuple(endpoints), first_kind if k == 0 else "tier", None, decision, tier)
+                for k, (name, endpoints) in enumerate(by_model.items())]
 
     def tier(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
-             allowed: Allowed | None = None) -> Picked:
+             allowed: Allowed | None = None) -> Plan:
         """`auto`'s pick: the best model of the tier, else of the nearest tiers in turn; when no tier can
         take the request, the needed tier's first model answers why (e.g. a feature no model has)."""
         for candidate_tier in nearest_tiers(tier):
@@ -150,7 +130,7 @@ class PoolPlanner:
         return self.no_tier_can(table, tier, request, now, allowed)
 
     def no_tier_can(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
-                    allowed: Allowed | None = None) -> Picked:
+                    allowed: Allowed | None = None) -> Plan:
         """No tier's models can take the request: the needed tier's first model says why."""
         fallback = table.models_in_tier(tier) or list(table.models.values())
         return self.model(fallback[0], request, now, allowed)

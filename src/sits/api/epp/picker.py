@@ -21,7 +21,8 @@ from sits.pipeline.admission import Ticket
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.model_resolution import ModelResolver, Resolution
-from sits.pipeline.pool_planner import Allowed, Picked, PoolPlanner
+from sits.pipeline.fallback import Plan
+from sits.pipeline.pool_planner import Allowed, PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
@@ -117,11 +118,11 @@ class EndpointPicker:
             model, why = resolved, ""
         # As the director does: a named model is admitted, then scheduled; `auto`'s tier is scheduled
         # first (its best model is what admission gates), then admitted.
-        picked: Picked | None = None
+        picked: Plan | None = None
         if tier is not None:
             picked = self._schedule(table, None, tier, routing, allowed)
             if not picked.endpoints:
-                raise picked.error or _none_ready(picked.model, subset)
+                raise picked.rejected or _none_ready(picked.model, subset)
             model = picked.model
         assert model is not None
         ticket = await self._admit(model.name, routing)
@@ -129,7 +130,7 @@ class EndpointPicker:
             if picked is None:
                 picked = self._schedule(table, model, None, routing, allowed)
             if not picked.endpoints:
-                raise picked.error or _none_ready(picked.model, subset)
+                raise picked.rejected or _none_ready(picked.model, subset)
             return self._answer(picked, routing, body, why, ticket)
         except BaseException:
             if ticket is not None:
@@ -137,7 +138,7 @@ class EndpointPicker:
             raise
 
     def _schedule(self, table: RoutingTable, model: ModelEntry | None, tier: str | None, routing: RoutingRequest,
-                  allowed: Allowed | None) -> Picked:
+                  allowed: Allowed | None) -> Plan:
         now = self.clock()
         self.stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
         if tier is not None:
@@ -152,7 +153,7 @@ class EndpointPicker:
         ticket = admission.try_admit(gate, routing.priority)
         return ticket if ticket is not None else await admission.admit(gate, routing.priority, self.clock())
 
-    def _answer(self, picked: Picked, routing: RoutingRequest, body: bytes, why: str, ticket: Ticket | None) -> Pick:
+    def _answer(self, picked: Plan, routing: RoutingRequest, body: bytes, why: str, ticket: Ticket | None) -> Pick:
         primary = picked.endpoints[0]
         endpoints = tuple(e for e in picked.endpoints if e.upstream_model == primary.upstream_model)
         endpoints = endpoints[:self._destinations]
@@ -170,7 +171,7 @@ class EndpointPicker:
         """A request without a model to route by: the least loaded ready endpoint of any model."""
         now = self.clock()
         routing = RoutingRequest(path, "", False, "")
-        best: Picked | None = None
+        best: Plan | None = None
         for model in table.models.values():
             picked = self._planner.model(model, routing, now, allowed)
             if picked.endpoints and (best is None or self._load(picked) < self._load(best)):
@@ -179,7 +180,7 @@ class EndpointPicker:
             raise Overloaded("no endpoint of the pool is ready", headers=(("retry-after", "1"),))
         return Pick(best.model.name, best.endpoints[:1], None, best.route)
 
-    def _load(self, picked: Picked) -> int:
+    def _load(self, picked: Plan) -> int:
         return self.stats.get(picked.endpoints[0].id).in_flight
 
 
