@@ -1,0 +1,125 @@
+"""The tenant model as every part of the gateway sees it: immutable records, no I/O.
+
+Organisations (optional) hold teams; teams hold keys. A key is stored only as a keyed hash
+(`KeyRecord.key_hash`); its secret is shown once, at creation. The data plane reads these records
+from an in-memory directory (`KeyDirectory`) that the store refreshes, never from the database per
+request; what a finished request cost goes to a `SpendSink` that batches it off the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+Period = Literal["daily", "weekly", "monthly", "total"]
+LimitKind = Literal["rpm", "tpm", "concurrency", "budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-minute and concurrency caps; None: no cap of that kind."""
+
+    rpm: int | None = None
+    tpm: int | None = None  # input + output tokens per minute
+    concurrency: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.rpm is not None or self.tpm is not None or self.concurrency is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """USD per period: `soft_usd` alerts (metric, log, header), `hard_usd` rejects with 429."""
+
+    period: Period
+    hard_usd: float | None = None
+    soft_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per million tokens of each kind, as the upstream reports them in `usage`."""
+
+    input: float = 0.0
+    cached_input: float | None = None  # None: cached input tokens are priced as input
+    output: float = 0.0
+    reasoning: float | None = None  # None: reasoning tokens are priced as output
+
+
+@dataclass(frozen=True, slots=True)
+class TeamRecord:
+    team_id: str
+    name: str
+    organisation: str | None = None
+    limits: Limits = Limits()
+    budget: Budget | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    key_id: str  # public id, e.g. "key_3f9a..."; shown in logs, spans and metrics instead of the key
+    name: str
+    team_id: str
+    key_hash: bytes  # keyed hash (HMAC-SHA256 under the gateway's key secret) of the secret
+    allowed_models: tuple[str, ...] = ("*",)  # model names, aliases or fnmatch patterns
+    priority: str | None = None  # admission class name ("realtime", "interactive", "batch"); None: default
+    limits: Limits = Limits()
+    model_limits: tuple[tuple[str, Limits], ...] = ()  # per model (pattern) within this key
+    budget: Budget | None = None
+    expires_at: float | None = None  # unix seconds; None: never
+    revoked_at: float | None = None
+    # A rotated key keeps working until this time (the overlap window), then stops.
+    valid_until: float | None = None
+    metadata: tuple[tuple[str, str], ...] = field(default=())
+
+    def usable_at(self, now: float) -> bool:
+        if self.revoked_at is not None and self.revoked_at <= now:
+            return False
+        if self.expires_at is not None and self.expires_at <= now:
+            return False
+        return self.valid_until is None or now < self.valid_until
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens of one answer by kind, from the upstream's `usage` (or counted when it sent none)."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0  # part of input_tokens
+    output_tokens: int = 0
+    reasoning_tokens: int = 0  # part of output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRecord:
+    """One row of the spend log: one request, whatever answered it."""
+
+    request_id: str
+    at: float  # unix seconds when the request ended
+    key_id: str | None
+    team_id: str | None
+    user: str | None  # the client's end-user id (`user` field or `x-sits-user`)
+    model: str
+    endpoint: str  # endpoint id, "cache", "static-template" or "workflow"
+    usage: Usage
+    cost_usd: float
+    latency_ms: float
+    status: int
+    cache_hit: bool = False
+    fallback: bool = False
+
+
+class KeyDirectory(Protocol):
+    """Keys and teams in memory, looked up by the keyed hash of a presented secret."""
+
+    def by_hash(self, key_hash: bytes) -> KeyRecord | None: ...
+
+    def team(self, team_id: str) -> TeamRecord | None: ...
+
+
+class SpendSink(Protocol):
+    """Takes spend records without blocking; a writer flushes them in batches."""
+
+    def record(self, spend: SpendRecord) -> None: ...
