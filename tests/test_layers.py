@@ -11,7 +11,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "sits"
 
 ALLOWED = {
-    "api": {"api", "pipeline", "understanding", "scheduling", "backends", "control", "state", "telemetry", "runtime"},
+    "api": {"api", "pipeline", "understanding", "scheduling", "backends", "control", "tenants", "state", "telemetry",
+            "runtime"},
     "pipeline": {"pipeline", "scheduling", "state", "backends", "understanding", "telemetry", "runtime"},
     "understanding": {"understanding", "telemetry", "runtime"},
     "scheduling": {"scheduling"},
@@ -20,13 +21,14 @@ ALLOWED = {
     "state": {"state", "telemetry", "runtime"},
     "telemetry": {"telemetry"},
     "runtime": {"runtime"},
-    "simulate": {"simulate", "scheduling", "state"},  # the scheduler against simulated endpoints
+    "simulate": {"simulate", "scheduling", "state"},
+    "tenants": {"tenants", "state", "telemetry", "runtime"},  # keys, limits, budgets, spend (docs/tenants.md)  # the scheduler against simulated endpoints
 }
 # Top-level modules: the composition root and the entry points above every layer.
 TOP_LEVEL = {
     "__init__": set(), "__main__": {"cli"}, "errors": set(), "settings": set(),
     "app": {"api", "backends", "control", "pipeline", "runtime", "scheduling", "settings", "state", "telemetry",
-            "understanding"},
+            "tenants", "understanding"},
     "serve": {"app", "backends", "control", "runtime", "settings", "telemetry"},
 }
 ENTRY_POINTS = "cli"  # the command line package may import anything
