@@ -8,6 +8,8 @@ request; what a finished request cost goes to a `SpendSink` that batches it off 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -123,3 +125,8 @@ class SpendSink(Protocol):
     """Takes spend records without blocking; a writer flushes them in batches."""
 
     def record(self, spend: SpendRecord) -> None: ...
+
+
+def hash_key(secret: str, key_secret: bytes) -> bytes:
+    """The stored form of a key: HMAC-SHA256 under the gateway's key secret (a leaked table reveals no key)."""
+    return hmac.new(key_secret, secret.encode(), hashlib.sha256).digest()

@@ -1,0 +1,41 @@
+"""The `tenants:` section of the gateway config: where keys and spend are stored, how limits are shared."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SpendLogConfig(_Strict):
+    flush_interval_s: PositiveFloat = 1.0  # a crash loses at most this long's rows (plus one batch in flight)
+    batch_rows: Annotated[int, Field(ge=1)] = 5000
+    queue_rows: Annotated[int, Field(ge=1)] = 200_000  # beyond: rows are counted as dropped, never block a request
+    retention_days: Annotated[int, Field(ge=1)] | None = 90  # per-request rows; daily roll-ups are kept
+
+
+class LimitsConfig(_Strict):
+    # Redis shared by every replica for limits and budget reservations; unset: each replica alone.
+    redis_url: str | None = None
+    # Output tokens reserved at admission when the request names no max_tokens.
+    default_output_reservation: Annotated[int, Field(ge=1)] = 1024
+
+
+class TenantsConfig(_Strict):
+    """Off by default: the data plane then keeps `server.api_keys_env` (or stays open)."""
+
+    enabled: bool = False
+    # "sqlite:///<path>" (the default lives in the data dir) or "postgresql://user@host:port/db".
+    database_url: str | None = None
+    # Environment variable holding the secret under which key hashes are computed (HMAC-SHA256).
+    key_secret_env: str = "SITS_KEY_SECRET"
+    # How often each replica re-reads keys/teams when the store's version moved (revocation bound).
+    refresh_s: PositiveFloat = 1.0
+    spend_log: SpendLogConfig = SpendLogConfig()
+    limits: LimitsConfig = LimitsConfig()
