@@ -17,6 +17,7 @@ from sits.control.cluster_config import ClusterConfig
 from sits.errors import ConfigError
 from sits.state.admission_config import AdmissionConfig
 from sits.state.semantic_cache import SemanticCacheConfig
+from sits.state.token_price import Price
 from sits.telemetry.config import TelemetryConfig
 
 Tier = Literal["tiny", "base", "heavy"]
@@ -34,12 +35,26 @@ class TimeoutsConfig(_Strict):
     total_s: PositiveFloat = 600.0
 
 
+class PriceConfig(_Strict):
+    """USD per million tokens by kind (docs/limits-and-budgets.md); unset kinds of the optional two
+    fall back to input (cached input) and output (reasoning)."""
+
+    input: Annotated[float, Field(ge=0)] = 0.0
+    cached_input: Annotated[float, Field(ge=0)] | None = None
+    output: Annotated[float, Field(ge=0)] = 0.0
+    reasoning: Annotated[float, Field(ge=0)] | None = None
+
+    def price(self) -> Price:
+        return Price(self.input, self.cached_input, self.output, self.reasoning)
+
+
 class EndpointConfig(_Strict):
     url: str
     upstream_model: str | None = None
     api_key_env: str | None = None
     weight: PositiveFloat = 1.0
     timeouts: TimeoutsConfig = TimeoutsConfig()
+    price: PriceConfig | None = None  # this endpoint's own price (a provider's); unset: the model's
 
     @field_validator("url")
     @classmethod
@@ -81,12 +96,22 @@ class ModelConfig(_Strict):
     cost_per_1k_input: Annotated[float, Field(ge=0)] | None = None
     cost_per_1k_output: Annotated[float, Field(ge=0)] | None = None
     max_concurrency: Annotated[int, Field(ge=1)] | None = None  # caps the model's admission gate
+    # USD per million tokens by kind; `cost_per_1k_input/output` say the same per thousand (give one form).
+    price: PriceConfig | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if bool(self.endpoints) == (self.local is not None):
             raise ValueError("give either 'endpoints' (a non-empty list) or 'local', not both or neither")
+        if self.price is not None and (self.cost_per_1k_input is not None or self.cost_per_1k_output is not None):
+            raise ValueError("price: give either 'price' (per million tokens) or 'cost_per_1k_input/output', not both")
         return self
+
+    def token_price(self) -> Price | None:
+        """The model's price, from `price` or the per-thousand fields."""
+        if self.price is not None:
+            return self.price.price()
+        return Price.per_thousand(self.cost_per_1k_input, self.cost_per_1k_output)
 
 
 class TlsConfig(_Strict):
@@ -209,6 +234,8 @@ class GatewayConfig(_Strict):
     control: ControlConfig = ControlConfig()
     cluster: ClusterConfig = ClusterConfig()  # replicas sharing aliases and state (docs/replication.md)
     telemetry: TelemetryConfig = TelemetryConfig()
+    # Teams, keys, limits, budgets and spend: validated by sits.tenants.config at startup (docs/tenants.md).
+    tenants: dict[str, Any] = {}
     # true: the embedded local models are served too, next to `models` (a model of the same name wins)
     include_embedded_models: bool = False
     models: list[ModelConfig] = []

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter
 
 from sits.control.config import GatewayConfig
 from sits.state.routing_table import EndpointTimeouts
+from sits.state.token_price import Price
 
 Source = Literal["config", "local", "api"]  # local: an embedded model served by a worker process
 
@@ -25,6 +26,7 @@ class EndpointRecord:
     upstream_model: str | None = None
     key_env: str | None = None
     timeouts: EndpointTimeouts = EndpointTimeouts()
+    price: Price | None = None  # None: the model's
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,7 @@ class ModelRecord:
     aliases: tuple[str, ...] = ()
     fallbacks: tuple[str, ...] = ()
     cache: bool = False
+    price: Price | None = None  # None: cost_per_1k_input/output, if set
     next_endpoint_index: int = field(default=0)
 
     def endpoint_ids(self) -> set[str]:
@@ -86,6 +89,7 @@ def records_from_config(config: GatewayConfig, local_urls: dict[str, str]) -> li
                     id=endpoint_id(m.name, j), url=ep.url, weight=ep.weight, upstream_model=ep.upstream_model,
                     key_env=ep.api_key_env,
                     timeouts=EndpointTimeouts(ep.timeouts.connect_s, ep.timeouts.first_byte_s, ep.timeouts.total_s),
+                    price=ep.price.price() if ep.price is not None else None,
                 )
                 for j, ep in enumerate(m.endpoints)
             )
@@ -96,6 +100,7 @@ def records_from_config(config: GatewayConfig, local_urls: dict[str, str]) -> li
             features=tuple(m.features) if m.features is not None else None,
             cost_per_1k_input=m.cost_per_1k_input, cost_per_1k_output=m.cost_per_1k_output,
             latency_p95_ms=m.latency_p95_ms, max_concurrency=m.max_concurrency, cache=m.cache,
+            price=m.price.price() if m.price is not None else None,
             next_endpoint_index=len(endpoints),
         ))
     return records

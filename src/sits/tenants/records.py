@@ -13,6 +13,8 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from sits.state.token_price import Price as Price  # shared with the routing table; re-exported
+
 Period = Literal["daily", "weekly", "monthly", "total"]
 LimitKind = Literal["rpm", "tpm", "concurrency", "budget"]
 
@@ -37,16 +39,6 @@ class Budget:
     period: Period
     hard_usd: float | None = None
     soft_usd: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Price:
-    """USD per million tokens of each kind, as the upstream reports them in `usage`."""
-
-    input: float = 0.0
-    cached_input: float | None = None  # None: cached input tokens are priced as input
-    output: float = 0.0
-    reasoning: float | None = None  # None: reasoning tokens are priced as output
 
 
 @dataclass(frozen=True, slots=True)
