@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import redis.asyncio as redis_async
 from pydantic import ValidationError
 
 from sits.api.attachments import FileRoutes
@@ -25,7 +26,7 @@ from sits.api.auth import AdminGuard, DataPlaneKeys
 from sits.api.cluster_routes import ALIASES_PREFIX, ClusterRoutes, cluster_route_table
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
 from sits.api.control_routes import ControlRoutes
-from sits.api.dispatch import Dispatcher
+from sits.api.dispatch import Dispatcher, Route
 from sits.api.engine_routes import SLEEPING as ENGINES_SLEEPING
 from sits.api.engine_routes import SWITCH as ENGINE_SWITCH
 from sits.api.engine_routes import EngineRoutes
@@ -40,6 +41,7 @@ from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLi
 from sits.api.http_types import HttpRequest
 from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
+from sits.api.tenant_gate import HttpTenantGate, PromptTokens
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.openai_routes import OpenAIRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
@@ -57,6 +59,7 @@ from sits.control.adapters.store import AdapterStore
 from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
 from sits.control.config import GatewayConfig, config_error
+from sits.errors import ConfigError
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.kv_migration import KvMigrator
@@ -92,6 +95,12 @@ from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
+from sits.tenants.budget import BudgetChecks, PeriodSpend, no_spend
+from sits.tenants.config import TenantsConfig
+from sits.tenants.gate import GateSettings, TenantGate
+from sits.tenants.limiter import Limiter
+from sits.tenants.metrics import TenantMetrics
+from sits.tenants.records import KeyDirectory, KeyRecord, SpendRecord, SpendSink, TeamRecord
 from sits.understanding.factory import build_understander
 from sits.understanding.settings import UnderstandingConfig
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
@@ -138,6 +147,25 @@ def tracing_settings(settings: Settings, config: GatewayConfig) -> TracingSettin
                            service_name=t.service_name)
 
 
+def _as_is(route: Route) -> Route:
+    return route
+
+
+class _NoKeys:
+    """No tenant store wired: every key is unknown (401)."""
+
+    def by_hash(self, key_hash: bytes) -> KeyRecord | None:
+        return None
+
+    def team(self, team_id: str) -> TeamRecord | None:
+        return None
+
+
+class _NoSpendLog:
+    def record(self, spend: SpendRecord) -> None:
+        pass
+
+
 def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
     try:
         return schema.model_validate(raw)
@@ -146,7 +174,11 @@ def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
 
 
 class Gateway:
-    def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None) -> None:
+    def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None,
+                 key_directory: KeyDirectory | None = None, spend_sink: SpendSink | None = None,
+                 period_spend: PeriodSpend | None = None) -> None:
+        """`key_directory`, `spend_sink`, `period_spend`: the tenant store's parts (tenants on), given by
+        whoever already holds them (tests); by default the store configured under `tenants:`."""
         self.settings = settings
         self.config = config
         self.routing_table = LiveTable()  # published by the registry (through the cluster's alias overlay)
@@ -236,8 +268,14 @@ class Gateway:
                                        self._understanding),
             director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
         files = FileRoutes(uploads, documents, limits)
+        # Keys, limits, budgets and spend (docs/limits-and-budgets.md); nothing of it runs when off.
+        self.tenants_config = tenants = _section(TenantsConfig, config.tenants, "tenants")
+        self.tenant_gate = self._tenant_gate(tenants, key_directory, spend_sink, period_spend) \
+            if tenants.enabled else None
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
-                                     admission=self.admission, resume_streams=resilience.resume_streams)
+                                     admission=self.admission, resume_streams=resilience.resume_streams,
+                                     tenants=self.tenant_gate)
+        gated = self.tenant_gate.wrap if self.tenant_gate is not None else _as_is
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
         engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
                                                      self._clock), admin_guard)
@@ -264,16 +302,17 @@ class Gateway:
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed),
             workers_folder=share_folder / "cluster" if share_folder is not None else None,
             registry=self.registry, breakers=self._breakers)  # runtime registrations and circuits replicate too
-        cluster_routes = ClusterRoutes(self.cluster, admin_guard)
+        cluster_routes = ClusterRoutes(self.cluster, admin_guard,
+                                       self.tenant_gate.gate.limiter.describe if self.tenant_gate is not None else None)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         self.handler = Dispatcher(
             {
-                ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
+                ("POST", "/v1/chat/completions"): gated(openai_routes.chat_completions),
                 ("POST", "/v1/files"): files.upload,
-                ("POST", "/v1/completions"): openai_routes.completions,
-                ("POST", "/v1/embeddings"): openai_routes.embeddings,
+                ("POST", "/v1/completions"): gated(openai_routes.completions),
+                ("POST", "/v1/embeddings"): gated(openai_routes.embeddings),
                 ("GET", "/v1/models"): openai_routes.list_models,
                 ("POST", "/v1/models/register"): control_routes.register,
                 ("POST", "/v1/models/discover"): control_routes.discover,
@@ -298,7 +337,8 @@ class Gateway:
             prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
                            ADAPTERS_PREFIX: adapter_routes.adapter_resource,
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
-            before=self._authenticate if self._client_keys.enabled else None,
+            before=self.tenant_gate.before if self.tenant_gate is not None
+            else self._authenticate if self._client_keys.enabled else None,
         )
 
         # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
@@ -331,6 +371,26 @@ class Gateway:
             self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
         if self._worker_share is not None:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
+
+    def _tenant_gate(self, config: TenantsConfig, directory: KeyDirectory | None, sink: SpendSink | None,
+                     period_spend: PeriodSpend | None) -> HttpTenantGate:
+        secret = self.settings.secrets.get(config.key_secret_env)
+        if not secret:
+            raise ConfigError(f"tenants.enabled needs the key secret in the environment variable "
+                              f"{config.key_secret_env} (tenants.key_secret_env)")
+        limits = config.limits
+        self._limits_redis = redis_async.from_url(
+            limits.redis_url, socket_connect_timeout=limits.redis_timeout_s, socket_timeout=limits.redis_timeout_s,
+        ) if limits.redis_url else None
+        limiter = Limiter(self._limits_redis, lambda: self.cluster.members(), lease_s=limits.concurrency_lease_s,
+                          retry_redis_s=limits.retry_redis_s, timeout_s=limits.redis_timeout_s)
+        metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
+        if isinstance(self.metrics, GatewayMetrics):
+            self.metrics.registry.register(metrics)
+        gate = TenantGate(directory or _NoKeys(), sink or _NoSpendLog(), limiter,
+                          BudgetChecks(limits.key_prefix, period_spend or no_spend), self.routing_table, metrics,
+                          GateSettings(secret.encode(), limits.default_output_reservation, limits.key_prefix))
+        return HttpTenantGate(gate, PromptTokens(self.tokenizers, self.routing_table), DATA_PLANE_PATHS)
 
     # -- state the layers read ------------------------------------------------
 
@@ -435,6 +495,10 @@ class Gateway:
         for part in reversed(self._background):  # a tokenizer load still running finishes in its thread, unused
             await part.stop()
         await self.kv_migrator.stop()
+        if self.tenant_gate is not None:  # the last settlements go to Redis
+            await self.tenant_gate.gate.limiter.close()
+            if self._limits_redis is not None:
+                await self._limits_redis.aclose()
         await self.cluster.stop()
         await self._answers.close()
         if self._understander is not None:

@@ -25,6 +25,16 @@ class LimitsConfig(_Strict):
     redis_url: str | None = None
     # Output tokens reserved at admission when the request names no max_tokens.
     default_output_reservation: Annotated[int, Field(ge=1)] = 1024
+    # One admission's Redis call may take this long; beyond, this replica counts alone (its share).
+    redis_timeout_s: PositiveFloat = 0.25
+    # While Redis is unreachable, one request every this many seconds tries it again.
+    retry_redis_s: PositiveFloat = 1.0
+    # A concurrency slot a replica took and never gave back (it died) frees itself after this long.
+    concurrency_lease_s: PositiveFloat = 600.0
+    # Every counter's Redis key starts with this (several gateways may share one Redis).
+    key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "sits:lim:"
+    # Distinct team label values in metrics; later teams are counted as "other".
+    max_team_labels: Annotated[int, Field(ge=1, le=10_000)] = 100
 
 
 class TenantsConfig(_Strict):

@@ -1,0 +1,274 @@
+"""The key gate of the data plane: who is calling, may they use this model, are they within their
+limits and budget, and what the request cost when it ends.
+
+Pure logic over the in-memory `KeyDirectory` and the `Limiter`: no database read per request. The
+HTTP edge (`api/tenant_gate.py`) authenticates in the dispatcher's `before` hook, calls `admit` once
+the model is known and hands the returned `Ticket` to the request's observation, which calls
+`Ticket.finish` exactly once (success, error, end of stream or client gone). Never the key itself
+in a log, a span or a metric: its public `key_id` and its team.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable
+from fnmatch import fnmatchcase
+from typing import NamedTuple
+
+from sits.errors import Forbidden, RateLimited, Unauthorized
+from sits.state.routing_table import RoutingTable
+from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
+from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Reservation
+from sits.tenants.metrics import TenantMetrics
+from sits.tenants.pricing import FREE_SOURCES, PriceBook, cost_usd, usage_from
+from sits.tenants.records import (
+    Budget,
+    KeyDirectory,
+    KeyRecord,
+    Limits,
+    SpendRecord,
+    SpendSink,
+    TeamRecord,
+    Usage,
+    hash_key,
+)
+
+log = logging.getLogger("sits.tenants")
+
+AUTO = "auto"
+_MAX_USER_CHARS = 256
+_NO_USAGE = Usage()
+
+
+class GateSettings(NamedTuple):
+    key_secret: bytes  # the HMAC secret key hashes are computed under
+    default_output_reservation: int  # output tokens reserved when the request names no max_tokens
+    prefix: str = "sits:lim:"  # Redis key prefix of every counter
+
+
+class Ticket:
+    """One admitted request: what it reserved, settled once by `finish`."""
+
+    __slots__ = ("_gate", "key", "team", "user", "model", "request_id", "reservation", "prompt_tokens",
+                 "output_tokens", "reserved_nano", "warning", "_done")
+
+    def __init__(self, gate: TenantGate, key: KeyRecord, team: TeamRecord | None, user: str | None, model: str,
+                 request_id: str, reservation: Reservation | None, prompt_tokens: int, output_tokens: int,
+                 reserved_nano: int, warning: str | None) -> None:
+        self._gate = gate
+        self.key, self.team, self.user, self.model, self.request_id = key, team, user, model, request_id
+        self.reservation = reservation
+        self.prompt_tokens, self.output_tokens, self.reserved_nano = prompt_tokens, output_tokens, reserved_nano
+        self.warning = warning  # soft budget passed: said in the x-sits-budget-warning header
+        self._done = False
+
+    def finish(self, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes = b"",
+               counts: tuple[int, int] | None = None) -> None:
+        """Settle and log the spend; `raw_usage` is the answer (or the stream's last events) holding
+        `usage`, `counts` the (prompt, completion) tokens when only those are known."""
+        if self._done:
+            return
+        self._done = True
+        self._gate.finish(self, model, endpoint, status, seconds, raw_usage, counts)
+
+    def span_attributes(self) -> dict[str, str]:
+        return {"sits.key_id": self.key.key_id, "sits.team": self.key.team_id}
+
+
+class TenantGate:
+    def __init__(self, directory: KeyDirectory, sink: SpendSink, limiter: Limiter, budgets: BudgetChecks,
+                 table: Callable[[], RoutingTable], metrics: TenantMetrics, settings: GateSettings,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._directory = directory
+        self._sink = sink
+        self.limiter = limiter
+        self._budgets = budgets
+        self._table = table
+        self.metrics = metrics
+        self._settings = settings
+        self._wall = wall
+        self._prices = PriceBook()
+        self._members = itertools.count(1)
+        self._warned: set[str] = set()
+
+    # -- who, and what for ------------------------------------------------------------------
+
+    def authenticate(self, token: str | None) -> KeyRecord:
+        """The key presented as a bearer token: 401 when it is missing, unknown, revoked or expired.
+
+        The lookup is by the keyed hash of the token, which a caller cannot steer without the secret,
+        so the dictionary lookup leaks nothing useful by its timing."""
+        if token is None:
+            self.metrics.requests.inc(("none", "none", "unauthorized"))
+            raise Unauthorized("this gateway needs 'Authorization: Bearer <api key>'")
+        key = self._directory.by_hash(hash_key(token, self._settings.key_secret))
+        if key is None:
+            self.metrics.requests.inc(("none", "none", "unauthorized"))
+            raise Unauthorized("invalid API key")
+        now = self._wall()
+        if not key.usable_at(now):
+            self.metrics.requests.inc((self.metrics.team(key.team_id), "none", "unauthorized"))
+            raise Unauthorized(f"API key {key.key_id} is {_why_unusable(key, now)}")
+        return key
+
+    def check_model(self, key: KeyRecord, model: str, table: RoutingTable) -> None:
+        """403 naming what the key may use when `model` (or the model an alias points to) is not allowed."""
+        allowed = key.allowed_models
+        if allowed == ("*",):
+            return
+        target = table.aliases.get(model)
+        if any(fnmatchcase(model, p) or (target is not None and fnmatchcase(target, p)) for p in allowed):
+            return
+        self.metrics.requests.inc((self.metrics.team(key.team_id), self._model_label(model, table), "forbidden"))
+        raise Forbidden(f"API key {key.key_id} may not use model '{model}'; it may use: {', '.join(allowed)}",
+                        param="model", code="model_not_allowed")
+
+    # -- admission -------------------------------------------------------------------------
+
+    async def admit(self, key: KeyRecord, model: str, user: str | None, request_id: str,
+                    prompt_tokens: Callable[[], int], max_tokens: int | None) -> Ticket:
+        table = self._table()
+        self.check_model(key, model, table)
+        team = self._directory.team(key.team_id)
+        if user is not None and len(user) > _MAX_USER_CHARS:
+            user = user[:_MAX_USER_CHARS]
+        model_limits = _model_limits(key, model)
+        budgets = [b for b in (("key", key.key_id, key.budget),
+                               ("team", key.team_id, team.budget if team is not None else None)) if b[2] is not None]
+        limits = [(scope, scope_id, lim) for scope, scope_id, lim in (
+            ("key", key.key_id, key.limits), ("team", key.team_id, team.limits if team is not None else None),
+            ("key-model", f"{key.key_id}:{model}", model_limits)) if lim is not None and lim.any]
+        if not limits and not budgets:  # nothing to count: no Redis round trip at all
+            self.metrics.requests.inc((self.metrics.team(key.team_id), self._model_label(model, table), "admitted"))
+            return Ticket(self, key, team, user, model, request_id, None, 0, 0, 0, None)
+        needs_tokens = budgets or any(lim.tpm is not None for _, _, lim in limits)
+        prompt = prompt_tokens() if needs_tokens else 0
+        output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
+        reserve_nano = 0
+        if budgets:
+            reserve_nano = math.ceil(cost_usd(self._prices.estimate(table, model), Usage(prompt, 0, output, 0)) * NANO)
+        prefix = self._settings.prefix
+        checks: list[Check] = []
+        for scope, scope_id, lim in limits:
+            if lim.rpm is not None:
+                checks.append(Check(RATE, scope, f"{prefix}r:{scope}:{scope_id}", lim.rpm, 1))
+            if lim.tpm is not None:
+                checks.append(Check(TOKENS, scope, f"{prefix}t:{scope}:{scope_id}", lim.tpm, prompt + output))
+            if lim.concurrency is not None:
+                checks.append(Check(CONCURRENCY, scope, f"{prefix}c:{scope}:{scope_id}", lim.concurrency, 1))
+        now = self._wall()
+        for scope, scope_id, budget in budgets:
+            checks.append(self._budgets.check(scope, scope_id, budget, reserve_nano, now))  # type: ignore[arg-type]
+        member = f"{request_id}:{next(self._members)}"
+        outcome = await self.limiter.admit(checks, member)
+        if self.limiter.mode != "redis":
+            self.metrics.local_admissions.inc((self.limiter.mode,))
+        team_label = self.metrics.team(key.team_id)
+        if isinstance(outcome, Denied):
+            kind = KIND_NAMES[outcome.check.kind]
+            self.metrics.requests.inc((team_label, self._model_label(model, table), kind))
+            raise _refusal(outcome, kind, key, now)
+        self.metrics.requests.inc((team_label, self._model_label(model, table), "admitted"))
+        warning = self._soft_warning(outcome, budgets, key, team_label) if budgets else None
+        return Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano, warning)
+
+    def _soft_warning(self, reservation: Reservation, budgets: list[tuple[str, str, Budget | None]], key: KeyRecord,
+                      team_label: str) -> str | None:
+        warnings = []
+        for (scope, scope_id, budget), spent in zip(budgets, reservation.budget_spent, strict=False):
+            if budget is not None and soft_exceeded(budget, spent):
+                self.metrics.soft_budget.inc((team_label, scope))
+                warnings.append(f"{scope} {scope_id} spent ${spent / NANO:.4f} of its {budget.period} soft budget "
+                                f"${budget.soft_usd:g}")
+                marker = f"{scope}:{scope_id}:{budget.period}"
+                if marker not in self._warned and len(self._warned) < 10_000:  # one log line per budget
+                    self._warned.add(marker)
+                    log.warning("soft budget passed: %s (key %s)", warnings[-1], key.key_id)
+        return "; ".join(warnings) or None
+
+    # -- settlement ------------------------------------------------------------------------
+
+    def finish(self, ticket: Ticket, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes,
+               counts: tuple[int, int] | None) -> None:
+        table = self._table()
+        free = endpoint in FREE_SOURCES
+        usage = usage_from(raw_usage) if raw_usage else None
+        if usage is None and counts is not None:
+            usage = Usage(counts[0], 0, counts[1], 0)
+        if usage is None:
+            if endpoint == "none" or free:
+                usage = _NO_USAGE  # no model ran
+            else:  # a model answered but said nothing of its usage: count it at the reservation (upper bound)
+                usage = Usage(ticket.prompt_tokens, 0, ticket.output_tokens, 0)
+        cost = 0.0 if free else cost_usd(self._prices.served(table, endpoint), usage)
+        if ticket.reservation is not None:
+            tokens = usage.input_tokens + usage.output_tokens
+            self.limiter.settle(ticket.reservation, tokens - ticket.prompt_tokens - ticket.output_tokens,
+                                round(cost * NANO) - ticket.reserved_nano)
+        team_label = self.metrics.team(ticket.key.team_id)
+        model_label = self._model_label(model, table)
+        if cost:
+            self.metrics.spend.inc((team_label, model_label), cost)
+        tokens_tally = self.metrics.tokens
+        for kind, n in (("input", usage.input_tokens), ("cached_input", usage.cached_input_tokens),
+                        ("output", usage.output_tokens), ("reasoning", usage.reasoning_tokens)):
+            if n:
+                tokens_tally.inc((team_label, model_label, kind), n)
+        requested = table.resolve(ticket.model) if ticket.model != AUTO else None
+        self._sink.record(SpendRecord(
+            request_id=ticket.request_id, at=self._wall(), key_id=ticket.key.key_id, team_id=ticket.key.team_id,
+            user=ticket.user, model=model, endpoint=endpoint, usage=usage, cost_usd=cost,
+            latency_ms=round(seconds * 1000, 3), status=status, cache_hit=free,
+            fallback=requested is not None and requested.name != model and not free))
+
+    @staticmethod
+    def _model_label(model: str, table: RoutingTable) -> str:
+        return model if model in table.models or model in table.aliases or model == AUTO else "unknown"
+
+
+def _model_limits(key: KeyRecord, model: str) -> Limits | None:
+    for pattern, limits in key.model_limits:
+        if fnmatchcase(model, pattern):
+            return limits
+    return None
+
+
+def _why_unusable(key: KeyRecord, now: float) -> str:
+    if key.revoked_at is not None and key.revoked_at <= now:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    return "rotated out (its overlap window has ended)"
+
+
+def _refusal(denied: Denied, kind: str, key: KeyRecord, now: float) -> RateLimited:
+    check = denied.check
+    scope = f"team {key.team_id}" if check.scope == "team" else f"key {key.key_id}"
+    retry_s = max(1, math.ceil(denied.retry_after_ms / 1000)) if denied.reset_at_ms or kind != "budget" else 0
+    if kind == "concurrency":
+        reset, denied = "when one of its requests in flight ends", denied._replace(reset_at_ms=0)
+    else:
+        reset = _iso(denied.reset_at_ms / 1000) if denied.reset_at_ms else "never (a total budget)"
+    if kind == "budget":
+        what = f"the {check.scope} hard budget (${check.limit / NANO:g}) is spent"
+    elif kind == "concurrency":
+        what = f"{check.scope} concurrency limit of {check.limit:g} requests in flight reached"
+    else:
+        what = f"{check.scope} {kind} limit of {check.limit:g} per minute reached"
+    message = f"{what} for {scope}; limit: {kind}; resets at {reset}"
+    headers = [("x-sits-limit", kind), ("x-sits-limit-scope", check.scope)]
+    if retry_s:
+        message += f"; retry after {retry_s}s"
+        headers.append(("retry-after", str(retry_s)))
+    if denied.reset_at_ms:
+        headers.append(("x-ratelimit-reset", _iso(denied.reset_at_ms / 1000)))
+    code = "budget_exceeded" if kind == "budget" else "rate_limit_exceeded"
+    return RateLimited(message, param=kind, code=code, headers=tuple(headers))
+
+
+def _iso(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+

@@ -1,0 +1,375 @@
+"""Rate limits, concurrency and budget reservations, taken together and atomically for one request.
+
+A request's checks (rpm, tpm, concurrency and budget, for its key, its team and its model within the
+key) go to Redis as ONE script call (EVALSHA): every check is tested first and then every counter is
+taken, or none is, so concurrent requests on any replica see one consistent count. Rates use GCRA (one
+number per scope: the "theoretical arrival time", a sliding minute without buckets); concurrency is a
+sorted set of leases (a replica that dies leaks nothing past `concurrency_lease_s`); budgets are
+integer nano-USD counters per period. Settlement (the actual tokens and cost, the concurrency lease
+given back) is batched off the request path: many requests' settlements go in one script call.
+
+When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
+from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
+every `retry_redis_s`, going back to it without a restart. Worst-case excess per mode:
+docs/limits-and-budgets.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+log = logging.getLogger("sits.tenants")
+
+WINDOW_MS = 60_000  # rpm and tpm are per minute
+RATE, TOKENS, CONCURRENCY, BUDGET = "r", "t", "c", "b"
+KIND_NAMES = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
+_MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
+
+# KEYS[i]: one counter per check. ARGV: member, lease_ms, then 5 per check: kind, limit, amount, seed,
+# period_end_ms. Answers {1, budget values...} when every check passes (and takes them all), or
+# {0, failed check index, retry after ms, reset at ms} when one does not (and takes nothing).
+ADMIT_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local member, lease = ARGV[1], tonumber(ARGV[2])
+local W = 60000
+local seen = {}
+for i = 1, #KEYS do
+  local at = 2 + (i - 1) * 5
+  local kind, limit, amount = ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local key = KEYS[i]
+  if kind == 'r' or kind == 't' then
+    local tat = tonumber(redis.call('GET', key) or '0')
+    if tat < now then tat = now end
+    local step = amount * W / limit
+    if step > W then step = W end
+    if tat + step - now > W then
+      return {0, i, math.ceil(tat + step - now - W), math.ceil(tat)}
+    end
+    seen[i] = tat
+  elseif kind == 'c' then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    if redis.call('ZCARD', key) >= limit then
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      return {0, i, 1000, math.ceil(tonumber(first[2]))}
+    end
+  else
+    local spent = tonumber(redis.call('GET', key) or ARGV[at + 4])
+    if limit >= 0 and spent >= limit then
+      local ends = tonumber(ARGV[at + 5])
+      return {0, i, ends > 0 and (ends - now) or 0, ends}
+    end
+    seen[i] = spent
+  end
+end
+local out = {1}
+for i = 1, #KEYS do
+  local at = 2 + (i - 1) * 5
+  local kind, limit, amount = ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local key = KEYS[i]
+  if kind == 'r' or kind == 't' then
+    local tat = seen[i] + amount * W / limit
+    redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+  elseif kind == 'c' then
+    redis.call('ZADD', key, now + lease, member)
+    redis.call('PEXPIRE', key, lease + 1000)
+  else
+    redis.call('SET', key, string.format('%.0f', seen[i] + amount))
+    local ends = tonumber(ARGV[at + 5])
+    if ends > 0 then redis.call('PEXPIREAT', key, ends + 86400000) end
+    out[#out + 1] = string.format('%.0f', seen[i])
+  end
+end
+return out
+"""
+
+# KEYS[i]: the counter of one settlement. ARGV: 4 per settlement: kind, limit, delta, member.
+SETTLE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, #KEYS do
+  local at = (i - 1) * 4
+  local kind, key = ARGV[at + 1], KEYS[i]
+  if kind == 't' then
+    local delta = tonumber(ARGV[at + 3]) * 60000 / tonumber(ARGV[at + 2])
+    local tat = tonumber(redis.call('GET', key) or '0')
+    if tat < now then tat = now end
+    tat = tat + delta
+    if tat > now then
+      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+    else
+      redis.call('DEL', key)
+    end
+  elseif kind == 'c' then
+    redis.call('ZREM', key, ARGV[at + 4])
+  elseif kind == 'b' then
+    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, ARGV[at + 3]) end
+  end
+end
+return #KEYS
+"""
+
+
+class Check(NamedTuple):
+    """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
+    in nano-USD (budget; -1: soft only, counted but never refused)."""
+
+    kind: str  # RATE, TOKENS, CONCURRENCY or BUDGET
+    scope: str  # "key", "team" or "key-model": named in the 429
+    key: str  # the counter's name in Redis (and in the local fallback)
+    limit: float
+    amount: int  # 1 request, tokens reserved, or nano-USD reserved
+    seed: int = 0  # budget: what the period has spent so far, when the counter is not in Redis yet
+    period_end_ms: int = 0  # budget: when its period ends (0: never)
+
+
+class Denied(NamedTuple):
+    check: Check
+    retry_after_ms: int
+    reset_at_ms: int  # 0: never (a total budget)
+
+
+class Reservation(NamedTuple):
+    """What a request took; given back or corrected at settlement on the backend that took it."""
+
+    checks: Sequence[Check]
+    member: str
+    backend: str  # "redis" or "local"
+    budget_spent: Sequence[int]  # each budget check's counter before this request, nano-USD
+
+
+class RedisUnavailable(Exception):
+    pass
+
+
+class LocalCounters:
+    """The same checks in this process's memory, each limit cut to this replica's share."""
+
+    def __init__(self, wall_ms: Callable[[], int]) -> None:
+        self._wall_ms = wall_ms
+        self._tat: dict[str, float] = {}
+        self._leases: dict[str, dict[str, float]] = {}
+        self._spent: dict[str, int] = {}
+        self._base: dict[str, int] = {}  # budget spent when this replica started counting it alone
+
+    def admit(self, checks: Sequence[Check], member: str, lease_ms: int, replicas: int,
+              known_spent: dict[str, int]) -> Reservation | Denied:
+        now = self._wall_ms()
+        share = 1.0 / max(1, replicas)
+        seen: list[float] = []
+        for check in checks:
+            kind = check.kind
+            if kind == RATE or kind == TOKENS:
+                tat = max(self._tat.get(check.key, 0.0), now)
+                step = min(check.amount * WINDOW_MS / (check.limit * share), WINDOW_MS)
+                if tat + step - now > WINDOW_MS:
+                    return Denied(check, math.ceil(tat + step - now - WINDOW_MS), math.ceil(tat))
+                seen.append(tat)
+            elif kind == CONCURRENCY:
+                leases = self._leases.get(check.key)
+                if leases:
+                    for m in [m for m, until in leases.items() if until <= now]:
+                        del leases[m]
+                if leases and len(leases) >= max(1, math.floor(check.limit * share)):
+                    return Denied(check, 1000, math.ceil(min(leases.values())))
+                seen.append(0.0)
+            else:
+                spent = self._spent.get(check.key)
+                if spent is None:
+                    spent = known_spent.get(check.key, check.seed)
+                    self._base[check.key] = spent
+                base = self._base.get(check.key, spent)
+                if check.limit >= 0 and spent >= base + (check.limit - base) * share:
+                    return Denied(check, max(0, check.period_end_ms - now) if check.period_end_ms else 0,
+                                  check.period_end_ms)
+                seen.append(spent)
+        budgets: list[int] = []
+        for check, value in zip(checks, seen, strict=True):
+            if check.kind == RATE or check.kind == TOKENS:
+                self._tat[check.key] = value + check.amount * WINDOW_MS / (check.limit * share)
+            elif check.kind == CONCURRENCY:
+                self._leases.setdefault(check.key, {})[member] = now + lease_ms
+            else:
+                self._spent[check.key] = int(value) + check.amount
+                budgets.append(int(value))
+        if len(self._tat) > 10_000:
+            self._forget_idle(now)
+        return Reservation(checks, member, "local", budgets)
+
+    def settle(self, settlements: Sequence[tuple[Check, int, str]], replicas: int) -> None:
+        now = self._wall_ms()
+        share = 1.0 / max(1, replicas)
+        for check, delta, member in settlements:
+            if check.kind == TOKENS:
+                tat = max(self._tat.get(check.key, 0.0), now) + delta * WINDOW_MS / (check.limit * share)
+                self._tat[check.key] = tat
+            elif check.kind == CONCURRENCY:
+                self._leases.get(check.key, {}).pop(member, None)
+            elif check.kind == BUDGET and check.key in self._spent:
+                self._spent[check.key] += delta
+
+    def spent(self, key: str) -> int | None:
+        return self._spent.get(key)
+
+    def forget_budgets(self) -> None:
+        """Back on Redis: the shared counters hold the truth again (local spend was settled there too)."""
+        self._spent.clear()
+        self._base.clear()
+
+    def _forget_idle(self, now: float) -> None:
+        for key in [k for k, tat in self._tat.items() if tat < now]:
+            del self._tat[key]
+
+
+class Limiter:
+    """Admits or refuses a request's checks on Redis (one round trip), or alone when Redis is away."""
+
+    def __init__(self, redis_client: Any | None, members: Callable[[], Sequence[str]], *,
+                 lease_s: float = 600.0, retry_redis_s: float = 1.0, timeout_s: float = 0.25,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 on_mode: Callable[[str], None] | None = None) -> None:
+        self._redis = redis_client
+        self._admit_script = redis_client.register_script(ADMIT_LUA) if redis_client is not None else None
+        self._settle_script = redis_client.register_script(SETTLE_LUA) if redis_client is not None else None
+        self._members = members
+        self._lease_ms = int(lease_s * 1000)
+        self._retry_s = retry_redis_s
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self.local = LocalCounters(wall_ms)
+        self._known_spent: dict[str, int] = {}  # last budget values Redis answered: the fallback starts there
+        self.mode = "redis" if redis_client is not None else "alone"
+        self._retry_at = 0.0
+        self.fallbacks = 0  # times Redis was lost
+        self.since = clock()
+        self._on_mode = on_mode
+        self._pending: list[tuple[Check, int, str]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    # -- admission ----------------------------------------------------------------------
+
+    async def admit(self, checks: Sequence[Check], member: str) -> Reservation | Denied:
+        probe = self.mode == "fallback" and self._clock() >= self._retry_at
+        if probe:  # one request tries Redis again; the others stay local meanwhile
+            self._retry_at = self._clock() + self._retry_s
+        if self.mode == "redis" or probe:
+            try:
+                answer = await self._redis_admit(checks, member)
+            except RedisUnavailable as exc:
+                self._lost(exc)
+            else:
+                if probe:
+                    self._recovered()
+                return answer
+        return self.local.admit(checks, member, self._lease_ms, len(self._members()), self._known_spent)
+
+    async def _redis_admit(self, checks: Sequence[Check], member: str) -> Reservation | Denied:
+        assert self._admit_script is not None
+        args: list[Any] = [member, self._lease_ms]
+        for c in checks:
+            args += (c.kind, c.limit, c.amount, c.seed, c.period_end_ms)
+        try:
+            answer = await asyncio.wait_for(self._admit_script(keys=[c.key for c in checks], args=args),
+                                            self._timeout_s)
+        except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
+            raise RedisUnavailable(str(exc) or type(exc).__name__) from None
+        except Exception as exc:  # redis.exceptions.ConnectionError and friends, without importing redis here
+            if type(exc).__module__.startswith("redis"):
+                raise RedisUnavailable(str(exc)) from None
+            raise
+        if int(answer[0]) == 1:
+            budgets = [int(v) for v in answer[1:]]
+            known = self._known_spent
+            for c, spent in zip((c for c in checks if c.kind == BUDGET), budgets, strict=False):
+                known[c.key] = spent + c.amount
+            if len(known) > 10_000:
+                known.clear()
+            return Reservation(checks, member, "redis", budgets)
+        return Denied(checks[int(answer[1]) - 1], int(answer[2]), int(answer[3]))
+
+    def _lost(self, exc: Exception) -> None:
+        if self.mode == "redis":
+            self.fallbacks += 1
+            log.warning("limits: Redis unreachable (%s); each replica enforces its share of every limit until it "
+                        "is back", exc)
+            self.since = self._clock()
+        self.mode = "fallback"
+        self._retry_at = self._clock() + self._retry_s
+        if self._on_mode is not None:
+            self._on_mode(self.mode)
+
+    def _recovered(self) -> None:
+        log.warning("limits: Redis is back; limits are shared again")
+        self.mode = "redis"
+        self.since = self._clock()
+        self.local.forget_budgets()
+        if self._on_mode is not None:
+            self._on_mode(self.mode)
+
+    # -- settlement ---------------------------------------------------------------------
+
+    def settle(self, reservation: Reservation, tokens_delta: int, cost_delta_nano: int) -> None:
+        """Give the concurrency lease back and correct tokens and cost to the actual usage (no await:
+        Redis settlements go out in batches from a background task)."""
+        settlements: list[tuple[Check, int, str]] = []
+        for check in reservation.checks:
+            if check.kind == CONCURRENCY:
+                settlements.append((check, 0, reservation.member))
+            elif check.kind == TOKENS and tokens_delta:
+                settlements.append((check, tokens_delta, reservation.member))
+            elif check.kind == BUDGET and cost_delta_nano:
+                settlements.append((check, cost_delta_nano, reservation.member))
+        if not settlements:
+            return
+        if reservation.backend == "local":
+            self.local.settle(settlements, len(self._members()))
+            return
+        pending = self._pending
+        pending.extend(settlements)
+        if len(pending) > _MAX_PENDING_SETTLEMENTS:
+            del pending[: len(pending) - _MAX_PENDING_SETTLEMENTS]
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        failures = 0
+        while self._pending:
+            batch, self._pending = self._pending, []
+            args: list[Any] = []
+            for check, delta, member in batch:
+                args += (check.kind, check.limit, delta, member)
+            try:
+                assert self._settle_script is not None
+                await asyncio.wait_for(self._settle_script(keys=[c.key for c, _, _ in batch], args=args),
+                                       max(1.0, self._timeout_s * 4))
+                failures = 0
+            except Exception as exc:  # Redis away: keep them for a few tries, then let the leases expire
+                failures += 1
+                if failures > 3:
+                    log.warning("limits: %d settlements could not reach Redis (%s); concurrency leases expire "
+                                "within %ds", len(batch), exc, self._lease_ms // 1000)
+                    return
+                self._pending[:0] = batch
+                await asyncio.sleep(0.2 * failures)
+
+    async def close(self) -> None:
+        """Send what is still to settle (graceful shutdown), bounded."""
+        if self._flusher is not None and not self._flusher.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._flusher), 2.0)
+            except (TimeoutError, asyncio.TimeoutError):
+                self._flusher.cancel()
+
+    def describe(self) -> dict[str, Any]:
+        """For /v1/cluster: where limits are counted now."""
+        replicas = len(self._members())
+        return {"mode": self.mode, "shared": self.mode == "redis",
+                "live_replicas": replicas, "share": 1.0 if self.mode == "redis" else round(1 / max(1, replicas), 4),
+                "since_s": round(self._clock() - self.since, 3), "redis_losses": self.fallbacks,
+                "pending_settlements": len(self._pending)}
