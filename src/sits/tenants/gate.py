@@ -130,11 +130,16 @@ class TenantGate:
 
     async def admit(self, key: KeyRecord, model: str, user: str | None, request_id: str,
                     prompt_tokens: Callable[[], int], max_tokens: int | None) -> Ticket:
-        table = self._table()
-        self.check_model(key, model, table)
-        team = self._directory.team(key.team_id)
+        """A ticket, or 403 / 429 (a refused request is logged in the spend log too, at no cost)."""
         if user is not None and len(user) > _MAX_USER_CHARS:
             user = user[:_MAX_USER_CHARS]
+        table = self._table()
+        try:
+            self.check_model(key, model, table)
+        except Forbidden:
+            self._refused(key, model, user, request_id, Forbidden.http_status)
+            raise
+        team = self._directory.team(key.team_id)
         model_limits = _model_limits(key, model)
         budgets = [b for b in (("key", key.key_id, key.budget),
                                ("team", key.team_id, team.budget if team is not None else None)) if b[2] is not None]
@@ -170,6 +175,7 @@ class TenantGate:
         if isinstance(outcome, Denied):
             kind = KIND_NAMES[outcome.check.kind]
             self.metrics.requests.inc((team_label, self._model_label(model, table), kind))
+            self._refused(key, model, user, request_id, RateLimited.http_status)
             raise _refusal(outcome, kind, key, now)
         self.metrics.requests.inc((team_label, self._model_label(model, table), "admitted"))
         warning = self._soft_warning(outcome, budgets, key, team_label) if budgets else None
@@ -223,6 +229,11 @@ class TenantGate:
             user=ticket.user, model=model, endpoint=endpoint, usage=usage, cost_usd=cost,
             latency_ms=round(seconds * 1000, 3), status=status, cache_hit=free,
             fallback=requested is not None and requested.name != model and not free))
+
+    def _refused(self, key: KeyRecord, model: str, user: str | None, request_id: str, status: int) -> None:
+        self._sink.record(SpendRecord(request_id=request_id, at=self._wall(), key_id=key.key_id, team_id=key.team_id,
+                                      user=user, model=model, endpoint="none", usage=_NO_USAGE, cost_usd=0.0,
+                                      latency_ms=0.0, status=status))
 
     @staticmethod
     def _model_label(model: str, table: RoutingTable) -> str:
