@@ -157,7 +157,7 @@ async def tenant_gateway(tmp_path: Path) -> AsyncIterator[GatewayStarter]:
 
     async def start(raw: dict[str, Any], keys: Keys, spend: Spend, *, name: str = "g", port: int = 0,
                     secrets: dict[str, str] | None = None, **parts: Any) -> Gateway:
-        settings = Settings(host="127.0.0.1", port=port, data_dir=tmp_path / name,
+        settings = Settings(host="127.0.0.1", port=port, data_dir=tmp_path / name, replica_id=name,
                             secrets={"SITS_KEY_SECRET": KEY_SECRET, **(secrets or {})})
         gateway = Gateway(settings, parse_config(raw), rng_seed=7, key_directory=keys, spend_sink=spend, **parts)
         await gateway.start()

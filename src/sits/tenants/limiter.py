@@ -232,8 +232,7 @@ class Limiter:
     def __init__(self, redis_client: Any | None, members: Callable[[], Sequence[str]], *,
                  lease_s: float = 600.0, retry_redis_s: float = 1.0, timeout_s: float = 0.25,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 on_mode: Callable[[str], None] | None = None) -> None:
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self._redis = redis_client
         self._admit_script = redis_client.register_script(ADMIT_LUA) if redis_client is not None else None
         self._settle_script = redis_client.register_script(SETTLE_LUA) if redis_client is not None else None
@@ -244,29 +243,21 @@ class Limiter:
         self._clock = clock
         self.local = LocalCounters(wall_ms)
         self._known_spent: dict[str, int] = {}  # last budget values Redis answered: the fallback starts there
-        self.mode = "redis" if redis_client is not None else "alone"
-        self._retry_at = 0.0
+        self.mode = "redis" if redis_client is not None else "alone"  # or "fallback" while Redis is away
+        self._probe: asyncio.Task[None] | None = None
         self.fallbacks = 0  # times Redis was lost
         self.since = clock()
-        self._on_mode = on_mode
         self._pending: list[tuple[Check, int, str]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     # -- admission ----------------------------------------------------------------------
 
     async def admit(self, checks: Sequence[Check], member: str) -> Reservation | Denied:
-        probe = self.mode == "fallback" and self._clock() >= self._retry_at
-        if probe:  # one request tries Redis again; the others stay local meanwhile
-            self._retry_at = self._clock() + self._retry_s
-        if self.mode == "redis" or probe:
+        if self.mode == "redis":
             try:
-                answer = await self._redis_admit(checks, member)
+                return await self._redis_admit(checks, member)
             except RedisUnavailable as exc:
                 self._lost(exc)
-            else:
-                if probe:
-                    self._recovered()
-                return answer
         return self.local.admit(checks, member, self._lease_ms, len(self._members()), self._known_spent)
 
     async def _redis_admit(self, checks: Sequence[Check], member: str) -> Reservation | Denied:
@@ -294,23 +285,28 @@ class Limiter:
         return Denied(checks[int(answer[1]) - 1], int(answer[2]), int(answer[3]))
 
     def _lost(self, exc: Exception) -> None:
-        if self.mode == "redis":
-            self.fallbacks += 1
-            log.warning("limits: Redis unreachable (%s); each replica enforces its share of every limit until it "
-                        "is back", exc)
-            self.since = self._clock()
+        if self.mode != "redis":
+            return
+        self.fallbacks += 1
+        log.warning("limits: Redis unreachable (%s); each replica enforces its share of every limit until it "
+                    "is back", exc)
         self.mode = "fallback"
-        self._retry_at = self._clock() + self._retry_s
-        if self._on_mode is not None:
-            self._on_mode(self.mode)
-
-    def _recovered(self) -> None:
-        log.warning("limits: Redis is back; limits are shared again")
-        self.mode = "redis"
         self.since = self._clock()
-        self.local.forget_budgets()
-        if self._on_mode is not None:
-            self._on_mode(self.mode)
+        # Requests stay local (no wait on a dead Redis); one background probe per retry_redis_s brings it back.
+        self._probe = asyncio.get_running_loop().create_task(self._probe_until_back())
+
+    async def _probe_until_back(self) -> None:
+        assert self._redis is not None
+        while self.mode == "fallback":
+            await asyncio.sleep(self._retry_s)
+            try:
+                await asyncio.wait_for(self._redis.ping(), self._timeout_s)
+            except Exception:  # still away (connection refused, timeout): try again later
+                continue
+            log.warning("limits: Redis is back; limits are shared again")
+            self.local.forget_budgets()
+            self.mode = "redis"
+            self.since = self._clock()
 
     # -- settlement ---------------------------------------------------------------------
 
@@ -360,6 +356,8 @@ class Limiter:
 
     async def close(self) -> None:
         """Send what is still to settle (graceful shutdown), bounded."""
+        if self._probe is not None:
+            self._probe.cancel()
         if self._flusher is not None and not self._flusher.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._flusher), 2.0)
