@@ -13,9 +13,7 @@ import random
 import socket
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from sits.api.attachments import FileRoutes
 from sits.api.adapter_routes import COLLECTION as ADAPTERS
@@ -56,7 +54,7 @@ from sits.control.adapters.registry import AdapterRegistry
 from sits.control.adapters.store import AdapterStore
 from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
-from sits.control.config import GatewayConfig, config_error
+from sits.configuration.gateway import GatewayConfig
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.kv_migration import KvMigrator
@@ -73,11 +71,10 @@ from sits.pipeline.scheduling_hints import AdapterHooks, SchedulingHints
 from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.pipeline.fusion.documents import DocumentParser
 from sits.pipeline.fusion.runner import WorkflowRunner
-from sits.pipeline.fusion.spec import AttachmentLimits, WorkflowsConfig
 from sits.pipeline.fusion.uploads import UploadStore
 from sits.pipeline.fusion.workflow_config import check_workflows
 from sits.scheduling.metrics import SchedulingMetrics
-from sits.scheduling.policy import RoutingPolicy, build_scheduler
+from sits.scheduling.policy import build_scheduler
 from sits.settings import Settings
 from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.endpoint_health import HealthBoard, HealthPolicy
@@ -93,7 +90,6 @@ from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
 from sits.understanding.factory import build_understander
-from sits.understanding.settings import UnderstandingConfig
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
 
@@ -106,16 +102,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 REGISTRY_SYNC_S = 0.5
 DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files"})
-
-
-def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
-    """The `routing:` section, checked here because the config loader does not import scheduling."""
-    return _section(RoutingPolicy, raw, "routing")
-
-
-def understanding_config(raw: dict[str, Any]) -> UnderstandingConfig:
-    """The `understanding:` section; off unless it says `enabled: true`."""
-    return _section(UnderstandingConfig, {"enabled": False, **raw}, "understanding")
 
 
 def replica_id(base: str, settings: Settings) -> str:
@@ -138,13 +124,6 @@ def tracing_settings(settings: Settings, config: GatewayConfig) -> TracingSettin
                            service_name=t.service_name)
 
 
-def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
-    try:
-        return schema.model_validate(raw)
-    except ValidationError as exc:
-        raise config_error(exc, name) from None
-
-
 class Gateway:
     def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None) -> None:
         self.settings = settings
@@ -162,8 +141,8 @@ class Gateway:
         # llama.cpp KV caches moved off a draining endpoint (automatic only with kv_migration.enabled)
         kv = config.kv_migration
         self.kv_migrator = KvMigrator(LlamaCppSlots(self._pool, self._guarded_pool, kv.timeout_s), kv, self._clock)
-        policy = routing_policy(config.routing)
-        self._understanding = understanding_config(config.understanding)
+        policy = config.routing
+        self._understanding = config.understanding
         # Built (embedding model loaded) in start(); the director holds this slot until then.
         self._understander: RequestUnderstander | None = None
         self._stats = StatsStore(refresh_interval_s=policy.stats_refresh_s,
@@ -226,8 +205,7 @@ class Gateway:
             if settings.worker_share_dir is not None and settings.worker_index is not None else None
         share_folder = self._worker_share.folder if self._worker_share is not None else None
         # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
-        limits = _section(AttachmentLimits, config.attachments, "attachments")
-        workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
+        limits, workflows = config.attachments, config.workflows.root
         uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time,
                                          share_folder / "uploads" if share_folder is not None else None), \
             DocumentParser(limits.max_pages)
@@ -377,7 +355,7 @@ class Gateway:
             # Loads the embedding model (seconds) once, off the event loop, before any request.
             self._understander = await asyncio.to_thread(build_understander, self._understanding)
             await self._understander.start()
-        await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
+        await self.registry.load(records_from_config(self.config.models, dict(local_urls)), self.config.all_aliases())
         await self.cluster.start()
         for part in self._background:  # stopped in the reverse order, after the drain (stop())
             await part.start()
@@ -469,7 +447,7 @@ class Gateway:
         self._answers.attach(build_semantic_cache(cfg, embedder, self._clock))
 
     async def _start_local_models(self) -> Mapping[str, str]:
-        specs = local_model_specs(self.config)
+        specs = local_model_specs(self.config.models)
         if not specs:
             return {}
         self._local = LocalWorkerPool()
