@@ -125,7 +125,7 @@ class Director:
             ticket = await self._admit(model.name, request, now)
         try:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
-            span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
+            span = trace.stage("schedule", {"sits.model": model.name}) if trace.recording else None
             if tier_rest is None:
                 primary = self._planner.model(model, request, now)
                 route, plans = primary.route, self._plans(table, primary, request, now)
@@ -138,7 +138,7 @@ class Director:
             try:
                 exchange = await self._chain.run(request, body, plans)
             except AttemptsFailed as failed:
-                span = trace.stage("fallback", {"sits.model": model.name}) if trace is not None else None
+                span = trace.stage("fallback", {"sits.model": model.name}) if trace.recording else None
                 hit = await self._answers.last_resort(key, request, model.name)
                 end_span(span, attributes={"sits.fallback": "none" if hit is None else hit.match})
                 if hit is None:
@@ -161,8 +161,8 @@ class Director:
         return exchange
 
     def _admit_now(self, model: str, request: RoutingRequest) -> Ticket | None:
-        """A ticket without waiting, or None. Untraced requests only: a traced one takes `_admit` for its span."""
-        if request.trace is not None:
+        """A ticket without waiting, or None. Unrecorded requests only: a recorded one takes `_admit` for its span."""
+        if request.trace.recording:
             return None
         assert self._admission is not None
         ticket = self._admission.try_admit(model, request.priority)
@@ -174,7 +174,7 @@ class Director:
         """An admission ticket (waiting in the priority queue if need be), timed for metrics and spans."""
         assert self._admission is not None
         trace, metrics = request.trace, self._metrics
-        span = trace.stage("admit", {"sits.priority": request.priority}) if trace is not None else None
+        span = trace.stage("admit", {"sits.priority": request.priority}) if trace.recording else None
         try:
             ticket = await self._admission.admit(model, request.priority, now)
         except Overloaded as exc:

@@ -26,6 +26,7 @@ from sits.pipeline.pool_planner import Allowed, PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from sits.telemetry.tracing import NO_TRACE
 from sits.understanding.understander import RequestUnderstander
 
 log = logging.getLogger("sits.epp")
@@ -103,7 +104,7 @@ class EndpointPicker:
         priority = self._admission.priority_of(headers.get("x-sits-priority"), token, model_name) \
             if self._admission is not None else 1
         routing = RequestIntake.routing(api_path, schema, parsed, parsed.get("stream") is True, request, request_id,
-                                        prompt_text, priority, "anonymous", None)
+                                        prompt_text, priority, "anonymous", NO_TRACE)
         resolver = self._resolver()
         resolved = resolver.named(table, routing) or await resolver.resolve(table, routing)
         tier: str | None = None
