@@ -190,13 +190,6 @@ class Gateway:
             self.tokenizers.load, discover_sources(settings.data_dir / "tokenizers")))
         hints = SchedulingHints(AdapterHooks(self.adapters.resolve, self.adapters.loaded_on, self.adapters.registered),
                                 self.tokenizers, self.routing_table)
-        self._director = director = Director(
-            self.routing_table, self._scheduler, backend, self._stats, self._health,
-            self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
-                                                          resilience.min_retries_per_window)),
-            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
-            lambda: self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics, hints=hints,
-        )
         observer = RequestObserver(self.metrics, self.tracing, decisions, telemetry.logs, self.routing_table,
                                    clock=self._clock)
         # With --workers N the run's workers share one folder: /metrics and the dashboard of any worker answer
@@ -204,15 +197,24 @@ class Gateway:
         self._worker_share = WorkerShare(settings.worker_share_dir, settings.worker_index) \
             if settings.worker_share_dir is not None and settings.worker_index is not None else None
         share_folder = self._worker_share.folder if self._worker_share is not None else None
-        # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
+        # Fusion workflows and attachments (docs/workflows.md): the director builds the runner with itself,
+        # since every step is a request it routes.
         limits, workflows = config.attachments, config.workflows.root
         uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time,
                                          share_folder / "uploads" if share_folder is not None else None), \
             DocumentParser(limits.max_pages)
-        director.attach_workflows(WorkflowRunner(
-            workflows, check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
-                                       self._understanding),
-            director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
+        workflow_models = check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
+                                          self._understanding)
+        self._director = director = Director(
+            self.routing_table, self._scheduler, backend, self._stats, self._health,
+            self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
+                                                          resilience.min_retries_per_window)),
+            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s),
+            self._answers, self.admission, lambda: self._understander, self._clock, random.Random(rng_seed),
+            metrics=self.metrics, hints=hints,
+            workflows=lambda steps: WorkflowRunner(workflows, workflow_models, steps, self.routing_table, documents,
+                                                   uploads, limits, self._clock, time.time, default_calibration()),
+        )
         files = FileRoutes(uploads, documents, limits)
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
                                      admission=self.admission, resume_streams=resilience.resume_streams)

@@ -32,6 +32,7 @@ from sits.pipeline.stream_resume import CHAT_API, resume_body
 from sits.pipeline.upstream_send import UpstreamSend
 from sits.pipeline.fusion.result import WorkflowResult
 from sits.pipeline.fusion.runner import WorkflowRunner
+from sits.pipeline.fusion.step_call import StepDirector
 from sits.scheduling.framework import ONLY_ENDPOINT, Decision
 from sits.scheduling.scheduler import Scheduler
 from sits.state.circuit_breaker import CircuitBreakers
@@ -50,7 +51,6 @@ log = logging.getLogger("sits.scheduling")
 
 
 class Director:
-    _workflows: WorkflowRunner | None = None  # fusion workflows (`model: workflow:<name>`), attached at build
 
     def __init__(
         self,
@@ -69,6 +69,8 @@ class Director:
         rng: random.Random,
         metrics: GatewayMetrics = NO_METRICS,
         hints: SchedulingHints | None = None,  # adapter variants, exact token counts, token-level translation
+        # Fusion workflows (`model: workflow:<name>`): built with this director, which runs each of their steps.
+        workflows: Callable[[StepDirector], WorkflowRunner] | None = None,
     ) -> None:
         self._metrics = metrics
         self._health = health
@@ -87,10 +89,8 @@ class Director:
         self._hints = self._sender.hints = hints
         # endpoint views and a tier's load, built as the endpoint picker builds them (pipeline/pool_planner.py)
         self._planner = PoolPlanner(scheduler, stats, health, breakers, admission, rng, lambda: self._hints)
-        self._resolver = self._new_resolver()
-
-    def _new_resolver(self) -> ModelResolver:
-        return ModelResolver(self._understander, self._workflows, self._hints, self._planner.tier_load)
+        self._workflows = workflows(self) if workflows is not None else None
+        self._resolver = ModelResolver(self._understander, self._workflows, self._hints, self._planner.tier_load)
 
     async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer | WorkflowResult:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
@@ -184,11 +184,6 @@ class Director:
         end_span(span)
         metrics.admitted(request.priority, self._clock() - now)
         return ticket
-
-    def attach_workflows(self, workflows: WorkflowRunner) -> None:
-        """At build: the runner calls back into this director for every step."""
-        self._workflows = workflows
-        self._resolver = self._new_resolver()
 
     def workflows(self) -> list[tuple[str, str]]:
         """(model name, description) of the configured workflows."""
