@@ -294,9 +294,9 @@ class Gateway:
 
             self.epp = EppServer(EndpointPicker(
                 self.routing_table, PoolPlanner(self._scheduler, self._stats, self._health, self._breakers,
-                                                self.admission, random.Random(rng_seed), lambda: hints),
+                                                self.admission, random.Random(rng_seed), hints),
                 self.admission, self._client_keys, self._stats, self._clock, lambda: self._understander,
-                lambda: hints, self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
+                hints, self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
                 config.server.epp_port, self.readiness)
         # HTTP/2: h2c and HTTPS with ALPN (docs/grpc.md), the same handler behind more listeners.
         self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,
