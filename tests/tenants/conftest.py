@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from sits.app import Gateway
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.settings import Settings
 from sits.tenants.records import KeyRecord, Limits, SpendRecord, TeamRecord, hash_key
 
@@ -130,8 +130,9 @@ class UsageUpstream:
 
 def tenant_config(upstream_url: str, redis_url: str | None = REDIS_URL, prefix: str | None = None,
                   price: dict[str, float] | None = None, **tenants: Any) -> dict[str, Any]:
+    # A generous Redis timeout: on a loaded test machine a slow answer must not look like a lost Redis.
     limits = {"redis_url": redis_url, "key_prefix": prefix or f"sits:test:{uuid.uuid4().hex[:10]}:",
-              **tenants.pop("limits", {})}
+              "redis_timeout_s": 2.0, **tenants.pop("limits", {})}
     return {"server": {"drain_timeout_s": 1},
             "tenants": {"enabled": True, "limits": limits, **tenants},
             "models": [{"name": "m1", "endpoints": [{"url": upstream_url}],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.control.registry_records import records_from_config
 from sits.control.table_builder import build_routing_table
 from sits.errors import ConfigError
@@ -40,7 +40,7 @@ def test_prices_in_config_per_million_per_thousand_and_per_endpoint() -> None:
          "endpoints": [{"url": "http://h:1/v1"}, {"url": "http://h:2/v1", "price": {"input": 1, "output": 2}}]},
         {"name": "b", "cost_per_1k_input": 0.002, "cost_per_1k_output": 0.004, "endpoints": [{"url": "http://h:3/v1"}]},
     ], "aliases": {"alias-a": "a"}})
-    table = build_routing_table(records_from_config(config, {}), config.all_aliases(), {})
+    table = build_routing_table(records_from_config(config.models, {}), config.all_aliases(), {})
     book = PriceBook()
     assert book.served(table, "a/ep-0") == Price(3.0, 0.3, 15.0, None)
     assert book.served(table, "a/ep-1") == Price(1.0, None, 2.0, None)  # the endpoint's own price wins

@@ -97,6 +97,8 @@ class HttpTenantGate:
             raise
         seen.tenant = ticket
         caller.warning = ticket.warning
+        if seen.trace.recording:  # the key's public id and team on the request's span, never the key
+            seen.trace.root.set_attributes(ticket.span_attributes())
 
     def wrap(self, route: Route) -> Route:
         """`route` with the soft-budget warning header on its answer."""

@@ -46,11 +46,6 @@ class Admission:
         cls = CLASSES[priority]  # an index, not Priority(priority): the enum call is far dearer
         return await self.gates.get(model).acquire(cls, self.gates.policy.deadline(cls, now))
 
-    def priority_of(self, header: str | None, api_key: str | None, model: str, key_class: int | None = None) -> int:
-        """The request's class from `x-sits-priority`, the API key's and the model's rules (422 if malformed);
-        `key_class`: the tenant key's own class, which takes the place of `priority_by_key_sha256`."""
-        return int(self.rules.resolve(header, api_key, model, key_class))
-
     def observe(self, endpoint_id: str, rtt_s: float, in_flight: int, dropped: bool, now: float) -> None:
         """`in_flight`: on that endpoint when the request was sent, this one included."""
         limiter = self.limits.get(endpoint_id)

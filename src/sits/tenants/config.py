@@ -26,7 +26,7 @@ class LimitsConfig(_Strict):
     # Output tokens reserved at admission when the request names no max_tokens.
     default_output_reservation: Annotated[int, Field(ge=1)] = 1024
     # One admission's Redis call may take this long; beyond, this replica counts alone (its share).
-    redis_timeout_s: PositiveFloat = 0.25
+    redis_timeout_s: PositiveFloat = 0.5
     # While Redis is unreachable, one request every this many seconds tries it again.
     retry_redis_s: PositiveFloat = 1.0
     # A concurrency slot a replica took and never gave back (it died) frees itself after this long.
