@@ -14,6 +14,7 @@ Valgrind runs the gateway about 50x slower, so the counts include no waiting: on
     python bench/bench_instructions.py                       # both modes, this checkout
     python bench/bench_instructions.py --src ../old/src      # another commit's source (A/B)
     python bench/bench_instructions.py --json results/instructions.json
+    python bench/bench_instructions.py --tenants             # keys, a Redis rpm/tpm/concurrency limit, budgets on
 
 Needs `valgrind` (Debian package) and `taskset`. Results: a Markdown table on stdout.
 """
@@ -41,15 +42,31 @@ from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa
 _TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
 
-async def _load(port: int, stream: bool, requests: int, concurrency: int) -> float:
+# --tenants: the key gate on, with the bench key's limits counted in Redis and its budgets reserved and settled
+# (bench/sits_bench_keys.py); the model has a price so every request's cost is computed.
+TENANTS_CONFIG = """
+tenants:
+  enabled: true
+  limits: {redis_url: "REDIS_URL", key_prefix: "sits:bench:PREFIX:"}
+models:
+  - name: bench-model
+    price: {input: 3.0, cached_input: 0.3, output: 15.0}
+    endpoints: [{url: "UPSTREAM_URL"}]
+"""
+TENANTS_SECRET = "bench-key-secret"
+TENANTS_KEY = "sk-bench-tenant-key"
+
+
+async def _load(port: int, stream: bool, requests: int, concurrency: int, api_key: str | None = None) -> float:
     """Closed loop: `requests` chat completions over `concurrency` keep-alive connections; seconds taken."""
     import aiohttp
 
     body = {"model": "bench-model", "messages": [{"role": "user", "content": "hello there"}], "stream": stream}
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     left = requests
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
 
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency), headers=headers) as session:
         async def worker() -> None:
             nonlocal left
             while left > 0:
@@ -65,7 +82,8 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int) -> flo
 
 
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
-            procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0) -> dict:
+            procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0,
+            tenants_redis: str | None = None) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
                                         "--event-gap-ms", str(event_gap_ms)], cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
@@ -79,6 +97,12 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             config_file = out_dir / "config.yaml"
             config_file.write_text(config.read_text().replace("UPSTREAM_URL", upstream_url))
             command[3:] = ["--config", str(config_file)]
+        if tenants_redis is not None:  # the key gate on: the bench key's runner, its config, its key
+            config_file = out_dir / "tenants.yaml"
+            config_file.write_text(TENANTS_CONFIG.replace("UPSTREAM_URL", upstream_url)
+                                   .replace("REDIS_URL", tenants_redis).replace("PREFIX", str(os.getpid())))
+            command = [str(HERE / "sits_bench_keys.py"), "serve", "--config", str(config_file)]
+            env["SITS_KEY_SECRET"], env["SITS_BENCH_KEY"] = TENANTS_SECRET, TENANTS_KEY
     else:  # the bare Python proxy: what any gateway on this stack costs at the least
         command = [str(HERE / "python_proxy_floor.py"), "--upstream", upstream_url, "--shape", server.split("-")[1]]
     gateway = procs.start(f"{server}-callgrind", [
@@ -89,9 +113,10 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             wait_http_ok(gateway, f"http://127.0.0.1:{port}/readyz", timeout_s=600, interval_s=0.5)
         else:
             wait_for_line(gateway, "PORT", 600)
-        asyncio.run(_load(port, stream, warmup, concurrency))
+        api_key = TENANTS_KEY if tenants_redis is not None else None
+        asyncio.run(_load(port, stream, warmup, concurrency, api_key))
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
-        seconds = asyncio.run(_load(port, stream, requests, concurrency))
+        seconds = asyncio.run(_load(port, stream, requests, concurrency, api_key))
         subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
         subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
         time.sleep(1.0)
@@ -102,7 +127,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
     if total <= 0:
         raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
     return {"server": server, "mode": "stream" if stream else "nonstream", "requests": requests, "concurrency": concurrency,
-            "event_gap_ms": event_gap_ms,
+            "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None,
             "instructions": total, "instructions_per_request": round(total / requests),
             "seconds_under_valgrind": round(seconds, 1)}
 
@@ -125,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--event-gap-ms", type=float, default=0.0,
                     help="the upstream writes each streamed event on its own, this many ms apart, as a model server "
                     "does (default 0: all events in one write); prices relaying one event, e.g. 5 with --concurrency 2")
+    ap.add_argument("--tenants", action="store_true",
+                    help="turn the key gate on: a tenant key with rpm, tpm and concurrency limits counted in Redis "
+                    "(--redis-url) and daily and monthly budgets, a priced model (bench/sits_bench_keys.py)")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis --tenants counts limits in")
     args = ap.parse_args(argv)
     if args.requests < 1 or args.requests > 100_000:
         ap.error("--requests must be in 1..100000")
@@ -139,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for mode in args.modes.split(","):
                 rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests, args.warmup,
-                                    args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms))
+                                    args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms,
+                                    args.redis_url if args.tenants else None))
         finally:
             procs.stop_all()
-    print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}\n")
+    print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}; "
+          f"tenants: {'on (limits in ' + args.redis_url + ')' if args.tenants else 'off'}\n")
     print("| mode | requests | concurrency | upstream event gap (ms) | instructions per request |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import redis.asyncio as redis_async
 
 from sits.api.attachments import FileRoutes
 from sits.api.adapter_routes import COLLECTION as ADAPTERS
@@ -97,6 +96,7 @@ from sits.tenants.budget import BudgetChecks, PeriodSpend, no_spend
 from sits.tenants.config import TenantsConfig
 from sits.tenants.gate import GateSettings, TenantGate
 from sits.tenants.limiter import Limiter
+from sits.tenants.redis_wire import RedisWire
 from sits.tenants.metrics import TenantMetrics
 from sits.tenants.records import KeyDirectory, KeyRecord, SpendRecord, SpendSink, TeamRecord
 from sits.understanding.factory import build_understander
@@ -360,11 +360,9 @@ class Gateway:
             raise ConfigError(f"tenants.enabled needs the key secret in the environment variable "
                               f"{config.key_secret_env} (tenants.key_secret_env)")
         limits = config.limits
-        self._limits_redis = redis_async.from_url(
-            limits.redis_url, socket_connect_timeout=limits.redis_timeout_s, socket_timeout=limits.redis_timeout_s,
-        ) if limits.redis_url else None
+        self._limits_redis = RedisWire(limits.redis_url, limits.redis_timeout_s) if limits.redis_url else None
         limiter = Limiter(self._limits_redis, lambda: self.cluster.members(), lease_s=limits.concurrency_lease_s,
-                          retry_redis_s=limits.retry_redis_s, timeout_s=limits.redis_timeout_s)
+                          retry_redis_s=limits.retry_redis_s)
         metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
         if isinstance(self.metrics, GatewayMetrics):
             self.metrics.registry.register(metrics)
@@ -479,7 +477,7 @@ class Gateway:
         if self.tenant_gate is not None:  # the last settlements go to Redis
             await self.tenant_gate.gate.limiter.close()
             if self._limits_redis is not None:
-                await self._limits_redis.aclose()
+                await self._limits_redis.close()
         await self.cluster.stop()
         await self._answers.close()
         if self._understander is not None:

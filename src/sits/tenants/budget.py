@@ -53,25 +53,30 @@ def period_window(period: Period, now_s: float) -> PeriodWindow:
 
 class BudgetChecks:
     """Builds a request's budget checks; what each period had spent before this process counted it
-    is read once per period from `period_spend` and kept."""
+    is read once per period from `period_spend` and kept (with the counter's name and the period's end)."""
 
-    def __init__(self, prefix: str, period_spend: PeriodSpend = no_spend,
-                 wall: Callable[[], float] | None = None) -> None:
-        import time
-
+    def __init__(self, prefix: str, period_spend: PeriodSpend = no_spend) -> None:
         self._prefix = prefix
         self._period_spend = period_spend
-        self._wall = wall or time.time
-        self._seeds: dict[str, int] = {}
+        self._windows: dict[tuple[str, int], PeriodWindow] = {}  # (period, day) -> its window
+        self._counters: dict[tuple[str, str, str, str], tuple[str, int]] = {}  # -> (counter's name, seed)
 
     def check(self, scope: str, scope_id: str, budget: Budget, reserve_nano: int, now_s: float) -> Check:
-        window = period_window(budget.period, now_s)
-        key = f"{self._prefix}b:{scope}:{scope_id}:{window.label}"
-        seed = self._seeds.get(key)
-        if seed is None:
-            if len(self._seeds) > 10_000:
-                self._seeds.clear()
-            seed = self._seeds[key] = round(self._period_spend(scope, scope_id, budget.period) * NANO)
+        period = budget.period
+        day = int(now_s // _DAY_S)
+        window = self._windows.get((period, day))
+        if window is None:
+            if len(self._windows) > 64:
+                self._windows.clear()
+            window = self._windows[(period, day)] = period_window(period, now_s)
+        counter = self._counters.get((scope, scope_id, period, window.label))
+        if counter is None:
+            if len(self._counters) > 10_000:
+                self._counters.clear()
+            counter = self._counters[(scope, scope_id, period, window.label)] = (
+                f"{self._prefix}b:{scope}:{scope_id}:{window.label}",
+                round(self._period_spend(scope, scope_id, period) * NANO))
+        key, seed = counter
         hard = round(budget.hard_usd * NANO) if budget.hard_usd is not None else -1
         return Check(BUDGET, scope, key, hard, reserve_nano, seed, window.ends_ms)
 

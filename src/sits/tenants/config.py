@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -23,6 +24,13 @@ class SpendLogConfig(_Strict):
 class LimitsConfig(_Strict):
     # Redis shared by every replica for limits and budget reservations; unset: each replica alone.
     redis_url: str | None = None
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        if url is not None and urlsplit(url).scheme not in ("redis", "rediss"):
+            raise ValueError(f"must be a redis:// or rediss:// URL, got {url!r}")
+        return url
+
     # Output tokens reserved at admission when the request names no max_tokens.
     default_output_reservation: Annotated[int, Field(ge=1)] = 1024
     # One admission's Redis call may take this long; beyond, this replica counts alone (its share).

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire, Script
+
 log = logging.getLogger("sits.tenants")
 
 WINDOW_MS = 60_000  # rpm and tpm are per minute
@@ -115,6 +117,9 @@ return #KEYS
 """
 
 
+ADMIT, SETTLE = Script(ADMIT_LUA), Script(SETTLE_LUA)
+
+
 class Check(NamedTuple):
     """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
     in nano-USD (budget; -1: soft only, counted but never refused)."""
@@ -141,10 +146,6 @@ class Reservation(NamedTuple):
     member: str
     backend: str  # "redis" or "local"
     budget_spent: Sequence[int]  # each budget check's counter before this request, nano-USD
-
-
-class RedisUnavailable(Exception):
-    pass
 
 
 class LocalCounters:
@@ -229,21 +230,19 @@ class LocalCounters:
 class Limiter:
     """Admits or refuses a request's checks on Redis (one round trip), or alone when Redis is away."""
 
-    def __init__(self, redis_client: Any | None, members: Callable[[], Sequence[str]], *,
-                 lease_s: float = 600.0, retry_redis_s: float = 1.0, timeout_s: float = 0.25,
+    def __init__(self, redis: RedisWire | None, members: Callable[[], Sequence[str]], *,
+                 lease_s: float = 600.0, retry_redis_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        self._redis = redis_client
-        self._admit_script = redis_client.register_script(ADMIT_LUA) if redis_client is not None else None
-        self._settle_script = redis_client.register_script(SETTLE_LUA) if redis_client is not None else None
+        """`redis`: where limits are shared (None: this replica counts alone, its share of each limit)."""
+        self._redis = redis
         self._members = members
         self._lease_ms = int(lease_s * 1000)
         self._retry_s = retry_redis_s
-        self._timeout_s = timeout_s
         self._clock = clock
         self.local = LocalCounters(wall_ms)
         self._known_spent: dict[str, int] = {}  # last budget values Redis answered: the fallback starts there
-        self.mode = "redis" if redis_client is not None else "alone"  # or "fallback" while Redis is away
+        self.mode = "redis" if redis is not None else "alone"  # or "fallback" while Redis is away
         self._probe: asyncio.Task[None] | None = None
         self.fallbacks = 0  # times Redis was lost
         self.since = clock()
@@ -261,20 +260,15 @@ class Limiter:
         return self.local.admit(checks, member, self._lease_ms, len(self._members()), self._known_spent)
 
     async def _redis_admit(self, checks: Sequence[Check], member: str) -> Reservation | Denied:
-        assert self._admit_script is not None
+        assert self._redis is not None
         args: list[Any] = [member, self._lease_ms]
         for c in checks:
             args += (c.kind, c.limit, c.amount, c.seed, c.period_end_ms)
         try:
-            answer = await asyncio.wait_for(self._admit_script(keys=[c.key for c in checks], args=args),
-                                            self._timeout_s)
-        except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
-            raise RedisUnavailable(str(exc) or type(exc).__name__) from None
-        except Exception as exc:  # redis.exceptions.ConnectionError and friends, without importing redis here
-            if type(exc).__module__.startswith("redis"):
-                raise RedisUnavailable(str(exc)) from None
-            raise
-        if int(answer[0]) == 1:
+            answer = await self._redis.evalsha(ADMIT, [c.key for c in checks], args)
+        except RedisReplyError as exc:  # a script error: never expected; counted alone rather than refused
+            raise RedisUnavailable(f"the limits script failed: {exc}") from None
+        if answer[0] == 1:
             budgets = [int(v) for v in answer[1:]]
             known = self._known_spent
             for c, spent in zip((c for c in checks if c.kind == BUDGET), budgets, strict=False):
@@ -300,8 +294,8 @@ class Limiter:
         while self.mode == "fallback":
             await asyncio.sleep(self._retry_s)
             try:
-                await asyncio.wait_for(self._redis.ping(), self._timeout_s)
-            except Exception:  # still away (connection refused, timeout): try again later
+                await self._redis.ping()
+            except (RedisUnavailable, RedisReplyError):  # still away: try again later
                 continue
             log.warning("limits: Redis is back; limits are shared again")
             self.local.forget_budgets()
@@ -341,11 +335,10 @@ class Limiter:
             for check, delta, member in batch:
                 args += (check.kind, check.limit, delta, member)
             try:
-                assert self._settle_script is not None
-                await asyncio.wait_for(self._settle_script(keys=[c.key for c, _, _ in batch], args=args),
-                                       max(1.0, self._timeout_s * 4))
+                assert self._redis is not None
+                await self._redis.evalsha(SETTLE, [c.key for c, _, _ in batch], args)
                 failures = 0
-            except Exception as exc:  # Redis away: keep them for a few tries, then let the leases expire
+            except (RedisUnavailable, RedisReplyError) as exc:  # keep them a few tries, then let leases expire
                 failures += 1
                 if failures > 3:
                     log.warning("limits: %d settlements could not reach Redis (%s); concurrency leases expire "
