@@ -116,3 +116,61 @@ async def _metrics(gateway) -> str:  # type: ignore[no-untyped-def]
 @pytest.fixture(autouse=True)
 def _quiet_redis_loss_logs(caplog):  # type: ignore[no-untyped-def]
     caplog.set_level("ERROR", "sits.tenants")
+
+
+async def test_a_frozen_redis_times_out_to_local_counting_and_the_spend_joins_redis_after(usage_upstream,
+                                                                                         tenant_gateway):
+    import os
+    import signal
+
+    import redis.asyncio as redis_async
+
+    from sits.tenants.budget import NANO, period_window
+    from sits.tenants.records import Budget
+
+    limits_redis = RedisServer()
+    limits_redis.start()
+    keys, spend = Keys(), Spend()
+    keys.add("sk-z", "key_z", budget=Budget("daily", hard_usd=10.0))
+    raw = tenant_config(usage_upstream.url, redis_url=limits_redis.url,
+                        limits={"retry_redis_s": 0.2, "redis_timeout_s": 0.3})
+    prefix = raw["tenants"]["limits"]["key_prefix"]
+    counter = f"{prefix}b:key:key_z:{period_window('daily', __import__('time').time()).label}"
+    process = limits_redis._proc
+    assert process is not None
+    try:
+        gateway = await tenant_gateway(raw, keys, spend)
+        async with client(gateway, "sk-z") as c:
+            await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+            os.kill(process.pid, signal.SIGSTOP)  # alive but silent: only the timeout can tell
+            try:
+                for _ in range(3):
+                    await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}],
+                                                    max_tokens=5)
+                assert (await _cluster_open(gateway))["mode"] == "fallback"
+            finally:
+                os.kill(process.pid, signal.SIGCONT)
+            await eventually(lambda: _shared_open(gateway), 5, "back on Redis")
+        records = await spend.wait_for(4)
+        total = sum(r.cost_usd for r in records)
+
+        async def settled() -> bool:
+            r = redis_async.from_url(limits_redis.url)
+            try:
+                value = await r.get(counter)
+            finally:
+                await r.aclose()
+            # the spend made alone joined the shared counter; a timed-out admission Redis ran late may add
+            # its reservation on top (counted over, never under)
+            return value is not None and int(value) / NANO >= total - 1e-9
+        await eventually(settled, 5, "the local spend in Redis")
+    finally:
+        limits_redis.stop()
+
+
+async def _cluster_open(gateway) -> dict:  # type: ignore[no-untyped-def]
+    return gateway.tenant_gate.gate.limiter.describe()
+
+
+async def _shared_open(gateway) -> bool:  # type: ignore[no-untyped-def]
+    return gateway.tenant_gate.gate.limiter.mode == "redis"

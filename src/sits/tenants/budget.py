@@ -55,9 +55,17 @@ class BudgetChecks:
     """Builds a request's budget checks; what each period had spent before this process counted it
     is read once per period from `period_spend` and kept (with the counter's name and the period's end)."""
 
-    def __init__(self, prefix: str, period_spend: PeriodSpend = no_spend) -> None:
+    def __init__(self, prefix: str, period_spend: PeriodSpend = no_spend, seed_ttl_s: float = 60.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        """Seeds are read again after `seed_ttl_s`: a counter Redis lost (a restart without persistence)
+        starts over from the spend log, which holds what was spent meanwhile."""
+        import time
+
         self._prefix = prefix
         self._period_spend = period_spend
+        self._seed_ttl_s = seed_ttl_s
+        self._clock = clock or time.monotonic
+        self._seeds_read_at = self._clock()
         self._windows: dict[tuple[str, int], PeriodWindow] = {}  # (period, day) -> its window
         self._counters: dict[tuple[str, str, str, str], tuple[str, int]] = {}  # -> (counter's name, seed)
 
@@ -70,9 +78,10 @@ class BudgetChecks:
                 self._windows.clear()
             window = self._windows[(period, day)] = period_window(period, now_s)
         counter = self._counters.get((scope, scope_id, period, window.label))
-        if counter is None:
-            if len(self._counters) > 10_000:
+        if counter is None or self._clock() - self._seeds_read_at > self._seed_ttl_s:
+            if len(self._counters) > 10_000 or counter is not None:
                 self._counters.clear()
+                self._seeds_read_at = self._clock()
             counter = self._counters[(scope, scope_id, period, window.label)] = (
                 f"{self._prefix}b:{scope}:{scope_id}:{window.label}",
                 round(self._period_spend(scope, scope_id, period) * NANO))

@@ -157,6 +157,7 @@ class LocalCounters:
         self._leases: dict[str, dict[str, float]] = {}
         self._spent: dict[str, int] = {}
         self._base: dict[str, int] = {}  # budget spent when this replica started counting it alone
+        self._budget_checks: dict[str, Check] = {}  # by counter name: to hand the local spend to Redis later
 
     def admit(self, checks: Sequence[Check], member: str, lease_ms: int, replicas: int,
               known_spent: dict[str, int]) -> Reservation | Denied:
@@ -184,6 +185,7 @@ class LocalCounters:
                 if spent is None:
                     spent = known_spent.get(check.key, check.seed)
                     self._base[check.key] = spent
+                    self._budget_checks[check.key] = check
                 base = self._base.get(check.key, spent)
                 if check.limit >= 0 and spent >= base + (check.limit - base) * share:
                     return Denied(check, max(0, check.period_end_ms - now) if check.period_end_ms else 0,
@@ -217,10 +219,15 @@ class LocalCounters:
     def spent(self, key: str) -> int | None:
         return self._spent.get(key)
 
-    def forget_budgets(self) -> None:
-        """Back on Redis: the shared counters hold the truth again (local spend was settled there too)."""
+    def take_budget_spend(self) -> list[tuple[Check, int, str]]:
+        """Back on Redis: what this replica spent alone, as settlements for the shared counters (which
+        then hold the truth again); the local budget counters start over at the next loss."""
+        spent = [(self._budget_checks[key], value - self._base[key], "") for key, value in self._spent.items()
+                 if value != self._base.get(key, value) and key in self._budget_checks]
         self._spent.clear()
         self._base.clear()
+        self._budget_checks.clear()
+        return spent
 
     def _forget_idle(self, now: float) -> None:
         for key in [k for k, tat in self._tat.items() if tat < now]:
@@ -298,9 +305,13 @@ class Limiter:
             except (RedisUnavailable, RedisReplyError):  # still away: try again later
                 continue
             log.warning("limits: Redis is back; limits are shared again")
-            self.local.forget_budgets()
             self.mode = "redis"
             self.since = self._clock()
+            alone = self.local.take_budget_spend()
+            if alone:  # what was spent meanwhile joins the shared budget counters (batched, as settlements)
+                self._pending.extend(alone)
+                if self._flusher is None or self._flusher.done():
+                    self._flusher = asyncio.get_running_loop().create_task(self._flush())
 
     # -- settlement ---------------------------------------------------------------------
 
