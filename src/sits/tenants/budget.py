@@ -69,7 +69,7 @@ class BudgetChecks:
         self._windows: dict[tuple[str, int], PeriodWindow] = {}  # (period, day) -> its window
         self._counters: dict[tuple[str, str, str, str], tuple[str, int]] = {}  # -> (counter's name, seed)
 
-    def check(self, scope: str, scope_id: str, budget: Budget, reserve_nano: int, now_s: float) -> Check:
+    def check(self, scope: str, scope_id: str, budget: Budget, now_s: float) -> Check:
         period = budget.period
         day = int(now_s // _DAY_S)
         window = self._windows.get((period, day))
@@ -87,7 +87,7 @@ class BudgetChecks:
                 round(self._period_spend(scope, scope_id, period) * NANO))
         key, seed = counter
         hard = round(budget.hard_usd * NANO) if budget.hard_usd is not None else -1
-        return Check(BUDGET, scope, key, hard, reserve_nano, seed, window.ends_ms)
+        return Check(BUDGET, scope, key, hard, seed, window.ends_ms)
 
 
 def soft_exceeded(budget: Budget, spent_nano: int) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from fnmatch import fnmatchcase
@@ -21,7 +22,7 @@ from typing import NamedTuple
 from sits.errors import Forbidden, RateLimited, Unauthorized
 from sits.state.routing_table import RoutingTable
 from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
-from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Reservation
+from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Plan, Reservation
 from sits.tenants.metrics import TenantMetrics
 from sits.tenants.pricing import FREE_SOURCES, PriceBook, cost_usd, usage_from
 from sits.tenants.records import (
@@ -29,6 +30,7 @@ from sits.tenants.records import (
     KeyDirectory,
     KeyRecord,
     Limits,
+    Price,
     SpendRecord,
     SpendSink,
     TeamRecord,
@@ -41,6 +43,8 @@ log = logging.getLogger("sits.tenants")
 AUTO = "auto"
 _MAX_USER_CHARS = 256
 _NO_USAGE = Usage()
+_SHAPE_TTL_S = 60.0  # a budget counter's seed is read again after this long
+_NANO_PER_MILLION = NANO / 1_000_000  # prices are per million tokens, budgets counted in nano-USD
 
 
 class GateSettings(NamedTuple):
@@ -78,6 +82,18 @@ class Ticket:
         return {"sits.key_id": self.key.key_id, "sits.team": self.key.team_id}
 
 
+class _Shape(NamedTuple):
+    key: KeyRecord
+    team: TeamRecord | None
+    table: RoutingTable
+    until: float  # wall seconds
+    plan: Plan | None  # None: no limit and no budget applies
+    price: Price | None  # what a reservation is priced at
+    budgets: tuple[tuple[str, str, Budget], ...]
+    team_label: str
+    admitted: tuple[str, str, str]  # the metric's labels
+
+
 class TenantGate:
     def __init__(self, directory: KeyDirectory, sink: SpendSink, limiter: Limiter, budgets: BudgetChecks,
                  table: Callable[[], RoutingTable], metrics: TenantMetrics, settings: GateSettings,
@@ -92,6 +108,8 @@ class TenantGate:
         self._wall = wall
         self._prices = PriceBook()
         self._members = itertools.count(1)
+        self._member_prefix = os.urandom(6).hex() + "-"  # lease ids unique across replicas and restarts
+        self._shapes: dict[tuple[int, int, str], _Shape] = {}
         self._warned: set[str] = set()
 
     # -- who, and what for ------------------------------------------------------------------
@@ -140,46 +158,67 @@ class TenantGate:
             self._refused(key, model, user, request_id, Forbidden.http_status)
             raise
         team = self._directory.team(key.team_id)
-        model_limits = _model_limits(key, model)
-        budgets = [b for b in (("key", key.key_id, key.budget),
-                               ("team", key.team_id, team.budget if team is not None else None)) if b[2] is not None]
+        now = self._wall()
+        shape = self._shapes.get((id(key), id(team), model))
+        if shape is None or shape.key is not key or shape.team is not team or shape.table is not table \
+                or now >= shape.until:
+            shape = self._shape(key, team, model, table, now)
+        plan = shape.plan
+        team_label = shape.team_label
+        if plan is None:  # nothing to count: no Redis round trip at all
+            self.metrics.requests.inc(shape.admitted)
+            return Ticket(self, key, team, user, model, request_id, None, 0, 0, 0, None)
+        prompt = prompt_tokens() if plan.tokens or plan.budgets else 0
+        output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
+        price = shape.price
+        reserve_nano = math.ceil((prompt * price.input + output * price.output) * _NANO_PER_MILLION) \
+            if plan.budgets and price is not None else 0
+        outcome = await self.limiter.admit(plan, prompt + output, reserve_nano, f"{self._member_prefix}{next(self._members)}")
+        if self.limiter.mode != "redis":
+            self.metrics.local_admissions.inc((self.limiter.mode,))
+        if type(outcome) is Denied:
+            kind = KIND_NAMES[outcome.check.kind]
+            self.metrics.requests.inc((team_label, shape.admitted[1], kind))
+            self._refused(key, model, user, request_id, RateLimited.http_status)
+            raise _refusal(outcome, kind, key, now)
+        self.metrics.requests.inc(shape.admitted)
+        warning = self._soft_warning(outcome, shape.budgets, key, team_label) if shape.budgets else None
+        return Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano,  # type: ignore[arg-type]
+                      warning)
+
+    def _shape(self, key: KeyRecord, team: TeamRecord | None, model: str, table: RoutingTable,
+               now: float) -> _Shape:
+        """What a key, its team and a model add up to: the checks and their encoded commands, kept until
+        the key, the team or the table change, a budget period ends, or a minute passes (budget seeds)."""
+        budgets = [(scope, scope_id, budget) for scope, scope_id, budget in (
+            ("key", key.key_id, key.budget), ("team", key.team_id, team.budget if team is not None else None))
+            if budget is not None]
         limits = [(scope, scope_id, lim) for scope, scope_id, lim in (
             ("key", key.key_id, key.limits), ("team", key.team_id, team.limits if team is not None else None),
-            ("key-model", f"{key.key_id}:{model}", model_limits)) if lim is not None and lim.any]
-        if not limits and not budgets:  # nothing to count: no Redis round trip at all
-            self.metrics.requests.inc((self.metrics.team(key.team_id), self._model_label(model, table), "admitted"))
-            return Ticket(self, key, team, user, model, request_id, None, 0, 0, 0, None)
-        needs_tokens = budgets or any(lim.tpm is not None for _, _, lim in limits)
-        prompt = prompt_tokens() if needs_tokens else 0
-        output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
-        reserve_nano = 0
-        if budgets:
-            reserve_nano = math.ceil(cost_usd(self._prices.estimate(table, model), Usage(prompt, 0, output, 0)) * NANO)
+            ("key-model", f"{key.key_id}:{model}", _model_limits(key, model))) if lim is not None and lim.any]
         prefix = self._settings.prefix
         checks: list[Check] = []
         for scope, scope_id, lim in limits:
             if lim.rpm is not None:
-                checks.append(Check(RATE, scope, f"{prefix}r:{scope}:{scope_id}", lim.rpm, 1))
+                checks.append(Check(RATE, scope, f"{prefix}r:{scope}:{scope_id}", lim.rpm))
             if lim.tpm is not None:
-                checks.append(Check(TOKENS, scope, f"{prefix}t:{scope}:{scope_id}", lim.tpm, prompt + output))
+                checks.append(Check(TOKENS, scope, f"{prefix}t:{scope}:{scope_id}", lim.tpm))
             if lim.concurrency is not None:
-                checks.append(Check(CONCURRENCY, scope, f"{prefix}c:{scope}:{scope_id}", lim.concurrency, 1))
-        now = self._wall()
+                checks.append(Check(CONCURRENCY, scope, f"{prefix}c:{scope}:{scope_id}", lim.concurrency))
+        until = now + _SHAPE_TTL_S
         for scope, scope_id, budget in budgets:
-            checks.append(self._budgets.check(scope, scope_id, budget, reserve_nano, now))  # type: ignore[arg-type]
-        member = f"{request_id}:{next(self._members)}"
-        outcome = await self.limiter.admit(checks, member)
-        if self.limiter.mode != "redis":
-            self.metrics.local_admissions.inc((self.limiter.mode,))
+            check = self._budgets.check(scope, scope_id, budget, now)
+            checks.append(check)
+            if check.period_end_ms:
+                until = min(until, check.period_end_ms / 1000)
         team_label = self.metrics.team(key.team_id)
-        if isinstance(outcome, Denied):
-            kind = KIND_NAMES[outcome.check.kind]
-            self.metrics.requests.inc((team_label, self._model_label(model, table), kind))
-            self._refused(key, model, user, request_id, RateLimited.http_status)
-            raise _refusal(outcome, kind, key, now)
-        self.metrics.requests.inc((team_label, self._model_label(model, table), "admitted"))
-        warning = self._soft_warning(outcome, budgets, key, team_label) if budgets else None
-        return Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano, warning)
+        shape = _Shape(key, team, table, until, self.limiter.plan(checks) if checks else None,
+                       self._prices.estimate(table, model), tuple(budgets), team_label,
+                       (team_label, self._model_label(model, table), "admitted"))
+        if len(self._shapes) > 10_000:
+            self._shapes.clear()
+        self._shapes[(id(key), id(team), model)] = shape
+        return shape
 
     def _soft_warning(self, reservation: Reservation, budgets: list[tuple[str, str, Budget | None]], key: KeyRecord,
                       team_label: str) -> str | None:

@@ -32,19 +32,22 @@ RATE, TOKENS, CONCURRENCY, BUDGET = "r", "t", "c", "b"
 KIND_NAMES = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
 _MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
 
-# KEYS[i]: one counter per check. ARGV: member, lease_ms, then 5 per check: kind, limit, amount, seed,
-# period_end_ms. Answers {1, budget values...} when every check passes (and takes them all), or
-# {0, failed check index, retry after ms, reset at ms} when one does not (and takes nothing).
+# KEYS[i]: the counter of the i-th check. ARGV: lease_ms, the checks ("kind:limit:amount:seed:period_end_ms;"
+# each: kind r, t, c or b; a budget's limit -1 when soft only), the request's member id. Answers
+# {1, budget values...} when every check passes (and takes them all), or {0, failed check index, retry
+# after ms, reset at ms} when one does not (and takes nothing).
 ADMIT_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local member, lease = ARGV[1], tonumber(ARGV[2])
+local lease, member = tonumber(ARGV[1]), ARGV[3]
 local W = 60000
+local checks = {}
+for kind, limit, amount, seed, ends in string.gmatch(ARGV[2], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
+  checks[#checks + 1] = {kind, tonumber(limit), tonumber(amount), tonumber(seed), tonumber(ends)}
+end
 local seen = {}
-for i = 1, #KEYS do
-  local at = 2 + (i - 1) * 5
-  local kind, limit, amount = ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local key = KEYS[i]
+for i, c in ipairs(checks) do
+  local kind, limit, amount, key = c[1], c[2], c[3], KEYS[i]
   if kind == 'r' or kind == 't' then
     local tat = tonumber(redis.call('GET', key) or '0')
     if tat < now then tat = now end
@@ -61,19 +64,16 @@ for i = 1, #KEYS do
       return {0, i, 1000, math.ceil(tonumber(first[2]))}
     end
   else
-    local spent = tonumber(redis.call('GET', key) or ARGV[at + 4])
+    local spent = tonumber(redis.call('GET', key) or c[4])
     if limit >= 0 and spent >= limit then
-      local ends = tonumber(ARGV[at + 5])
-      return {0, i, ends > 0 and (ends - now) or 0, ends}
+      return {0, i, c[5] > 0 and (c[5] - now) or 0, c[5]}
     end
     seen[i] = spent
   end
 end
 local out = {1}
-for i = 1, #KEYS do
-  local at = 2 + (i - 1) * 5
-  local kind, limit, amount = ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local key = KEYS[i]
+for i, c in ipairs(checks) do
+  local kind, limit, amount, key = c[1], c[2], c[3], KEYS[i]
   if kind == 'r' or kind == 't' then
     local tat = seen[i] + amount * W / limit
     redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
@@ -82,38 +82,37 @@ for i = 1, #KEYS do
     redis.call('PEXPIRE', key, lease + 1000)
   else
     redis.call('SET', key, string.format('%.0f', seen[i] + amount))
-    local ends = tonumber(ARGV[at + 5])
-    if ends > 0 then redis.call('PEXPIREAT', key, ends + 86400000) end
+    if c[5] > 0 then redis.call('PEXPIREAT', key, c[5] + 86400000) end
     out[#out + 1] = string.format('%.0f', seen[i])
   end
 end
 return out
 """
 
-# KEYS[i]: the counter of one settlement. ARGV: 4 per settlement: kind, limit, delta, member.
+# KEYS[i]: the counter of the i-th settlement. ARGV[1]: the settlements, "kind:limit:delta:member;" each.
 SETTLE_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 1, #KEYS do
-  local at = (i - 1) * 4
-  local kind, key = ARGV[at + 1], KEYS[i]
+local i = 0
+for kind, limit, delta, member in string.gmatch(ARGV[1], '(%a):([^:]*):([^:]*):([^;]*);') do
+  i = i + 1
+  local key = KEYS[i]
   if kind == 't' then
-    local delta = tonumber(ARGV[at + 3]) * 60000 / tonumber(ARGV[at + 2])
     local tat = tonumber(redis.call('GET', key) or '0')
     if tat < now then tat = now end
-    tat = tat + delta
+    tat = tat + tonumber(delta) * 60000 / tonumber(limit)
     if tat > now then
       redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
     else
       redis.call('DEL', key)
     end
   elseif kind == 'c' then
-    redis.call('ZREM', key, ARGV[at + 4])
+    redis.call('ZREM', key, member)
   elseif kind == 'b' then
-    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, ARGV[at + 3]) end
+    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, delta) end
   end
 end
-return #KEYS
+return i
 """
 
 
@@ -122,15 +121,64 @@ ADMIT, SETTLE = Script(ADMIT_LUA), Script(SETTLE_LUA)
 
 class Check(NamedTuple):
     """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
-    in nano-USD (budget; -1: soft only, counted but never refused)."""
+    in nano-USD (budget; -1: soft only, counted but never refused). A request takes 1 of a rate or a
+    concurrency counter, its reserved tokens of a `tpm` one and its reserved cost of a budget."""
 
     kind: str  # RATE, TOKENS, CONCURRENCY or BUDGET
     scope: str  # "key", "team" or "key-model": named in the 429
     key: str  # the counter's name in Redis (and in the local fallback)
     limit: float
-    amount: int  # 1 request, tokens reserved, or nano-USD reserved
     seed: int = 0  # budget: what the period has spent so far, when the counter is not in Redis yet
     period_end_ms: int = 0  # budget: when its period ends (0: never)
+
+
+def _bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+class Plan:
+    """One shape of request (a key, its team, a model, this period): its checks, with the Redis
+    commands that take and settle them encoded once; a request only fills in its amounts and its id."""
+
+    __slots__ = ("checks", "tokens", "budgets", "_admit_head", "_admit_spec", "_settle_keys", "_settle_count",
+                 "_settle_spec")
+
+    def __init__(self, checks: Sequence[Check], lease_ms: int) -> None:
+        self.checks = tuple(checks)
+        self.tokens = any(c.kind == TOKENS for c in checks)
+        self.budgets = tuple(c for c in checks if c.kind == BUDGET)
+        amount = {RATE: "1", CONCURRENCY: "1", TOKENS: "{t}", BUDGET: "{b}"}
+        self._admit_spec = "".join(f"{c.kind}:{_number(c.limit)}:{amount[c.kind]}:{c.seed}:{c.period_end_ms};"
+                                   for c in checks)
+        keys = [c.key.encode() for c in checks]
+        self._admit_head = (b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(keys) + 6) + _bulk(ADMIT.sha.encode())
+                            + _bulk(b"%d" % len(keys)) + b"".join(_bulk(k) for k in keys)
+                            + _bulk(b"%d" % lease_ms))
+        settled = [c for c in checks if c.kind != RATE]
+        self._settle_keys = b"".join(_bulk(c.key.encode()) for c in settled)
+        self._settle_count = len(settled)
+        delta = {CONCURRENCY: "0", TOKENS: "{t}", BUDGET: "{b}"}
+        self._settle_spec = "".join(f"{c.kind}:{_number(c.limit)}:{delta[c.kind]}:{'{m}' if c.kind == CONCURRENCY else ''};"
+                                    for c in settled)
+
+    def admit_command(self, tokens: int, nano: int, member: str) -> bytes:
+        spec = self._admit_spec.format(t=tokens, b=nano)
+        return self._admit_head + f"${len(spec)}\r\n{spec}\r\n${len(member)}\r\n{member}\r\n".encode()
+
+    def settlement(self, tokens_delta: int, nano_delta: int, member: str) -> tuple[bytes, int, str]:
+        """(encoded keys, how many, their settlements) for one request, to send in a batch."""
+        return self._settle_keys, self._settle_count, self._settle_spec.format(t=tokens_delta, b=nano_delta, m=member)
+
+
+def _settle_command(batch: Sequence[tuple[bytes, int, str]]) -> bytes:
+    count = sum(n for _, n, _ in batch)
+    spec = "".join(s for _, _, s in batch).encode()
+    return (b"*%d\r\n$7\r\nEVALSHA\r\n" % (count + 4) + _bulk(SETTLE.sha.encode()) + _bulk(b"%d" % count)
+            + b"".join(k for k, _, _ in batch) + _bulk(spec))
 
 
 class Denied(NamedTuple):
@@ -142,7 +190,7 @@ class Denied(NamedTuple):
 class Reservation(NamedTuple):
     """What a request took; given back or corrected at settlement on the backend that took it."""
 
-    checks: Sequence[Check]
+    plan: Plan
     member: str
     backend: str  # "redis" or "local"
     budget_spent: Sequence[int]  # each budget check's counter before this request, nano-USD
@@ -159,16 +207,17 @@ class LocalCounters:
         self._base: dict[str, int] = {}  # budget spent when this replica started counting it alone
         self._budget_checks: dict[str, Check] = {}  # by counter name: to hand the local spend to Redis later
 
-    def admit(self, checks: Sequence[Check], member: str, lease_ms: int, replicas: int,
+    def admit(self, plan: Plan, tokens: int, nano: int, member: str, lease_ms: int, replicas: int,
               known_spent: dict[str, int]) -> Reservation | Denied:
         now = self._wall_ms()
         share = 1.0 / max(1, replicas)
         seen: list[float] = []
-        for check in checks:
+        for check in plan.checks:
             kind = check.kind
             if kind == RATE or kind == TOKENS:
+                amount = tokens if kind == TOKENS else 1
                 tat = max(self._tat.get(check.key, 0.0), now)
-                step = min(check.amount * WINDOW_MS / (check.limit * share), WINDOW_MS)
+                step = min(amount * WINDOW_MS / (check.limit * share), WINDOW_MS)
                 if tat + step - now > WINDOW_MS:
                     return Denied(check, math.ceil(tat + step - now - WINDOW_MS), math.ceil(tat))
                 seen.append(tat)
@@ -192,38 +241,42 @@ class LocalCounters:
                                   check.period_end_ms)
                 seen.append(spent)
         budgets: list[int] = []
-        for check, value in zip(checks, seen, strict=True):
+        for check, value in zip(plan.checks, seen, strict=True):
             if check.kind == RATE or check.kind == TOKENS:
-                self._tat[check.key] = value + check.amount * WINDOW_MS / (check.limit * share)
+                amount = tokens if check.kind == TOKENS else 1
+                self._tat[check.key] = value + amount * WINDOW_MS / (check.limit * share)
             elif check.kind == CONCURRENCY:
                 self._leases.setdefault(check.key, {})[member] = now + lease_ms
             else:
-                self._spent[check.key] = int(value) + check.amount
+                self._spent[check.key] = int(value) + nano
                 budgets.append(int(value))
         if len(self._tat) > 10_000:
             self._forget_idle(now)
-        return Reservation(checks, member, "local", budgets)
+        return Reservation(plan, member, "local", budgets)
 
-    def settle(self, settlements: Sequence[tuple[Check, int, str]], replicas: int) -> None:
+    def settle(self, plan: Plan, tokens_delta: int, nano_delta: int, member: str, replicas: int) -> None:
         now = self._wall_ms()
         share = 1.0 / max(1, replicas)
-        for check, delta, member in settlements:
+        for check in plan.checks:
             if check.kind == TOKENS:
-                tat = max(self._tat.get(check.key, 0.0), now) + delta * WINDOW_MS / (check.limit * share)
+                tat = max(self._tat.get(check.key, 0.0), now) + tokens_delta * WINDOW_MS / (check.limit * share)
                 self._tat[check.key] = tat
             elif check.kind == CONCURRENCY:
                 self._leases.get(check.key, {}).pop(member, None)
             elif check.kind == BUDGET and check.key in self._spent:
-                self._spent[check.key] += delta
+                self._spent[check.key] += nano_delta
 
     def spent(self, key: str) -> int | None:
         return self._spent.get(key)
 
-    def take_budget_spend(self) -> list[tuple[Check, int, str]]:
+    def take_budget_spend(self) -> list[tuple[bytes, int, str]]:
         """Back on Redis: what this replica spent alone, as settlements for the shared counters (which
         then hold the truth again); the local budget counters start over at the next loss."""
-        spent = [(self._budget_checks[key], value - self._base[key], "") for key, value in self._spent.items()
-                 if value != self._base.get(key, value) and key in self._budget_checks]
+        spent = []
+        for key, value in self._spent.items():
+            check = self._budget_checks.get(key)
+            if check is not None and value != self._base.get(key, value):
+                spent.append((_bulk(key.encode()), 1, f"b:{_number(check.limit)}:{value - self._base[key]}:;"))
         self._spent.clear()
         self._base.clear()
         self._budget_checks.clear()
@@ -244,7 +297,7 @@ class Limiter:
         """`redis`: where limits are shared (None: this replica counts alone, its share of each limit)."""
         self._redis = redis
         self._members = members
-        self._lease_ms = int(lease_s * 1000)
+        self.lease_ms = int(lease_s * 1000)
         self._retry_s = retry_redis_s
         self._clock = clock
         self.local = LocalCounters(wall_ms)
@@ -253,37 +306,39 @@ class Limiter:
         self._probe: asyncio.Task[None] | None = None
         self.fallbacks = 0  # times Redis was lost
         self.since = clock()
-        self._pending: list[tuple[Check, int, str]] = []
+        self._pending: list[tuple[bytes, int, str]] = []
         self._flusher: asyncio.Task[None] | None = None
+
+    def plan(self, checks: Sequence[Check]) -> Plan:
+        return Plan(checks, self.lease_ms)
 
     # -- admission ----------------------------------------------------------------------
 
-    async def admit(self, checks: Sequence[Check], member: str) -> Reservation | Denied:
+    async def admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
         if self.mode == "redis":
             try:
-                return await self._redis_admit(checks, member)
+                return await self._redis_admit(plan, tokens, nano, member)
             except RedisUnavailable as exc:
                 self._lost(exc)
-        return self.local.admit(checks, member, self._lease_ms, len(self._members()), self._known_spent)
+        return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
 
-    async def _redis_admit(self, checks: Sequence[Check], member: str) -> Reservation | Denied:
+    async def _redis_admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
         assert self._redis is not None
-        args: list[Any] = [member, self._lease_ms]
-        for c in checks:
-            args += (c.kind, c.limit, c.amount, c.seed, c.period_end_ms)
         try:
-            answer = await self._redis.evalsha(ADMIT, [c.key for c in checks], args)
+            answer = await self._redis.call(plan.admit_command(tokens, nano, member), ADMIT)
         except RedisReplyError as exc:  # a script error: never expected; counted alone rather than refused
             raise RedisUnavailable(f"the limits script failed: {exc}") from None
         if answer[0] == 1:
+            if len(answer) == 1:
+                return Reservation(plan, member, "redis", ())
             budgets = [int(v) for v in answer[1:]]
             known = self._known_spent
-            for c, spent in zip((c for c in checks if c.kind == BUDGET), budgets, strict=False):
-                known[c.key] = spent + c.amount
             if len(known) > 10_000:
                 known.clear()
-            return Reservation(checks, member, "redis", budgets)
-        return Denied(checks[int(answer[1]) - 1], int(answer[2]), int(answer[3]))
+            for check, spent in zip(plan.budgets, budgets, strict=False):
+                known[check.key] = spent + nano
+            return Reservation(plan, member, "redis", budgets)
+        return Denied(plan.checks[answer[1] - 1], answer[2], answer[3])
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":
@@ -310,50 +365,42 @@ class Limiter:
             alone = self.local.take_budget_spend()
             if alone:  # what was spent meanwhile joins the shared budget counters (batched, as settlements)
                 self._pending.extend(alone)
-                if self._flusher is None or self._flusher.done():
-                    self._flusher = asyncio.get_running_loop().create_task(self._flush())
+                self._schedule_flush()
 
     # -- settlement ---------------------------------------------------------------------
 
-    def settle(self, reservation: Reservation, tokens_delta: int, cost_delta_nano: int) -> None:
+    def settle(self, reservation: Reservation, tokens_delta: int, nano_delta: int) -> None:
         """Give the concurrency lease back and correct tokens and cost to the actual usage (no await:
         Redis settlements go out in batches from a background task)."""
-        settlements: list[tuple[Check, int, str]] = []
-        for check in reservation.checks:
-            if check.kind == CONCURRENCY:
-                settlements.append((check, 0, reservation.member))
-            elif check.kind == TOKENS and tokens_delta:
-                settlements.append((check, tokens_delta, reservation.member))
-            elif check.kind == BUDGET and cost_delta_nano:
-                settlements.append((check, cost_delta_nano, reservation.member))
-        if not settlements:
-            return
+        plan = reservation.plan
         if reservation.backend == "local":
-            self.local.settle(settlements, len(self._members()))
+            self.local.settle(plan, tokens_delta, nano_delta, reservation.member, len(self._members()))
+            return
+        if not plan._settle_count:
             return
         pending = self._pending
-        pending.extend(settlements)
+        pending.append(plan.settlement(tokens_delta, nano_delta, reservation.member))
         if len(pending) > _MAX_PENDING_SETTLEMENTS:
             del pending[: len(pending) - _MAX_PENDING_SETTLEMENTS]
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        self._flusher = asyncio.get_running_loop().create_task(self._flush())
 
     async def _flush(self) -> None:
         failures = 0
         while self._pending:
             batch, self._pending = self._pending, []
-            args: list[Any] = []
-            for check, delta, member in batch:
-                args += (check.kind, check.limit, delta, member)
             try:
                 assert self._redis is not None
-                await self._redis.evalsha(SETTLE, [c.key for c, _, _ in batch], args)
+                await self._redis.call(_settle_command(batch), SETTLE)
                 failures = 0
             except (RedisUnavailable, RedisReplyError) as exc:  # keep them a few tries, then let leases expire
                 failures += 1
                 if failures > 3:
                     log.warning("limits: %d settlements could not reach Redis (%s); concurrency leases expire "
-                                "within %ds", len(batch), exc, self._lease_ms // 1000)
+                                "within %ds", len(batch), exc, self.lease_ms // 1000)
                     return
                 self._pending[:0] = batch
                 await asyncio.sleep(0.2 * failures)

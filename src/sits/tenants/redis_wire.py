@@ -144,14 +144,16 @@ class RedisWire:
     def connected(self) -> bool:
         return self._protocol is not None
 
-    async def evalsha(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        command = _encode(["EVALSHA", script.sha, len(keys), *keys, *args])
+    async def call(self, command: bytes, script: Script | None = None) -> Any:
+        """Send an encoded command; when it runs `script` by its SHA-1 and the server does not know the
+        script yet (a restart), load it and send the command again."""
         try:
             return await self._call(command)
         except RedisReplyError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
+            if script is None or not str(exc).startswith("NOSCRIPT"):
                 raise
-        return await self._call(_encode(["EVAL", script.source, len(keys), *keys, *args]))
+        await self._call(_encode(["SCRIPT", "LOAD", script.source]))
+        return await self._call(command)
 
     async def ping(self) -> None:
         await self._call(b"*1\r\n$4\r\nPING\r\n")
