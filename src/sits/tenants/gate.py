@@ -90,6 +90,7 @@ class _Shape(NamedTuple):
     plan: Plan | None  # None: no limit and no budget applies
     price: Price | None  # what a reservation is priced at
     budgets: tuple[tuple[str, str, Budget], ...]
+    soft: tuple[float, ...]  # each budget's soft limit in nano-USD (inf: none); empty when no budget has one
     team_label: str
     admitted: tuple[str, str, str]  # the metric's labels
 
@@ -182,7 +183,12 @@ class TenantGate:
             self._refused(key, model, user, request_id, RateLimited.http_status)
             raise _refusal(outcome, kind, key, now)
         self.metrics.requests.inc(shape.admitted)
-        warning = self._soft_warning(outcome, shape.budgets, key, team_label) if shape.budgets else None
+        warning = None
+        if shape.soft:  # some budget has a soft limit: is it passed?
+            for spent, threshold in zip(outcome.budget_spent, shape.soft, strict=False):
+                if spent >= threshold:
+                    warning = self._soft_warning(outcome, shape.budgets, key, team_label)
+                    break
         return Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano,  # type: ignore[arg-type]
                       warning)
 
@@ -213,14 +219,16 @@ class TenantGate:
                 until = min(until, check.period_end_ms / 1000)
         team_label = self.metrics.team(key.team_id)
         shape = _Shape(key, team, table, until, self.limiter.plan(checks) if checks else None,
-                       self._prices.estimate(table, model), tuple(budgets), team_label,
+                       self._prices.estimate(table, model), tuple(budgets),
+                       tuple(b.soft_usd * NANO if b.soft_usd is not None else math.inf for _, _, b in budgets)
+                       if any(b.soft_usd is not None for _, _, b in budgets) else (), team_label,
                        (team_label, self._model_label(model, table), "admitted"))
         if len(self._shapes) > 10_000:
             self._shapes.clear()
         self._shapes[(id(key), id(team), model)] = shape
         return shape
 
-    def _soft_warning(self, reservation: Reservation, budgets: list[tuple[str, str, Budget | None]], key: KeyRecord,
+    def _soft_warning(self, reservation: Reservation, budgets: tuple[tuple[str, str, Budget], ...], key: KeyRecord,
                       team_label: str) -> str | None:
         warnings = []
         for (scope, scope_id, budget), spent in zip(budgets, reservation.budget_spent, strict=False):
@@ -240,7 +248,7 @@ class TenantGate:
                counts: tuple[int, int] | None) -> None:
         table = self._table()
         free = endpoint in FREE_SOURCES
-        usage = usage_from(raw_usage) if raw_usage else None
+        usage = usage_from(raw_usage, counts) if raw_usage else None
         if usage is None and counts is not None:
             usage = Usage(counts[0], 0, counts[1], 0)
         if usage is None:

@@ -35,7 +35,7 @@ _MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expi
 # KEYS[i]: the counter of the i-th check. ARGV: lease_ms, the checks ("kind:limit:amount:seed:period_end_ms;"
 # each: kind r, t, c or b; a budget's limit -1 when soft only), the request's member id. Answers
 # {1, budget values...} when every check passes (and takes them all), or {0, failed check index, retry
-# after ms, reset at ms} when one does not (and takes nothing).
+# after ms, reset at ms} when one does not (and takes nothing), as one string ("1,5,7" / "0,2,1200,...").
 ADMIT_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -54,24 +54,24 @@ for i, c in ipairs(checks) do
     local step = amount * W / limit
     if step > W then step = W end
     if tat + step - now > W then
-      return {0, i, math.ceil(tat + step - now - W), math.ceil(tat)}
+      return string.format('0,%d,%d,%d', i, math.ceil(tat + step - now - W), math.ceil(tat))
     end
     seen[i] = tat
   elseif kind == 'c' then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
     if redis.call('ZCARD', key) >= limit then
       local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-      return {0, i, 1000, math.ceil(tonumber(first[2]))}
+      return string.format('0,%d,1000,%d', i, math.ceil(tonumber(first[2])))
     end
   else
     local spent = tonumber(redis.call('GET', key) or c[4])
     if limit >= 0 and spent >= limit then
-      return {0, i, c[5] > 0 and (c[5] - now) or 0, c[5]}
+      return string.format('0,%d,%d,%d', i, c[5] > 0 and (c[5] - now) or 0, c[5])
     end
     seen[i] = spent
   end
 end
-local out = {1}
+local out = '1'
 for i, c in ipairs(checks) do
   local kind, limit, amount, key = c[1], c[2], c[3], KEYS[i]
   if kind == 'r' or kind == 't' then
@@ -83,7 +83,7 @@ for i, c in ipairs(checks) do
   else
     redis.call('SET', key, string.format('%.0f', seen[i] + amount))
     if c[5] > 0 then redis.call('PEXPIREAT', key, c[5] + 86400000) end
-    out[#out + 1] = string.format('%.0f', seen[i])
+    out = out .. string.format(',%.0f', seen[i])
   end
 end
 return out
@@ -328,17 +328,18 @@ class Limiter:
             answer = await self._redis.call(plan.admit_command(tokens, nano, member), ADMIT)
         except RedisReplyError as exc:  # a script error: never expected; counted alone rather than refused
             raise RedisUnavailable(f"the limits script failed: {exc}") from None
-        if answer[0] == 1:
-            if len(answer) == 1:
-                return Reservation(plan, member, "redis", ())
-            budgets = [int(v) for v in answer[1:]]
+        if answer == b"1":
+            return Reservation(plan, member, "redis", ())
+        if answer[0] == 49:  # "1,<budget values>"
+            budgets = [int(v) for v in answer[2:].split(b",")]
             known = self._known_spent
             if len(known) > 10_000:
                 known.clear()
             for check, spent in zip(plan.budgets, budgets, strict=False):
                 known[check.key] = spent + nano
             return Reservation(plan, member, "redis", budgets)
-        return Denied(plan.checks[answer[1] - 1], answer[2], answer[3])
+        _, index, retry_ms, reset_ms = answer.split(b",")
+        return Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms))
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":

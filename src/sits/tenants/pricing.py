@@ -36,11 +36,15 @@ def cost_usd(price: Price | None, usage: Usage) -> float:
             + (usage.output_tokens - reasoning) * price.output + reasoning * reasoning_rate) * _PER_TOKEN
 
 
-def usage_from(payload: bytes) -> Usage | None:
-    """Usage by kind from a JSON answer (or the last events of a stream), if it has a `usage` object."""
+def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage | None:
+    """Usage by kind from a JSON answer (or the last events of a stream), if it has a `usage` object;
+    `counts`: its (prompt, completion) tokens when already read, used as they are when the usage has no
+    token details."""
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
+    if counts is not None and payload.find(b'_details"', at) < 0:
+        return Usage(counts[0], 0, counts[1], 0)
     prompt, completion = _PROMPT.search(payload, at), _COMPLETION.search(payload, at)
     if prompt is None and completion is None:
         return None
