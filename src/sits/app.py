@@ -355,6 +355,10 @@ class Gateway:
 
     def _tenant_gate(self, config: TenantsConfig, directory: KeyDirectory | None, sink: SpendSink | None,
                      period_spend: PeriodSpend | None) -> HttpTenantGate:
+        server = self.config.server
+        if server.grpc_port is not None or server.epp_port is not None:  # they would let unchecked keys in
+            raise ConfigError("tenants.enabled: the gRPC door and the endpoint picker do not check tenant keys; "
+                              "unset server.grpc_port and server.epp_port, or turn tenants off")
         secret = self.settings.secrets.get(config.key_secret_env)
         if not secret:
             raise ConfigError(f"tenants.enabled needs the key secret in the environment variable "

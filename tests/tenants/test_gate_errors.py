@@ -180,3 +180,18 @@ async def _metrics(gateway) -> str:  # type: ignore[no-untyped-def]
     async with aiohttp.ClientSession() as s:
         async with s.get(f"http://127.0.0.1:{gateway.bound_port}/metrics") as r:
             return await r.text()
+
+
+async def test_tenants_refuse_to_start_without_the_key_secret_or_beside_doors_that_skip_the_gate(usage_upstream,
+                                                                                               tenant_gateway):
+    from sits.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SITS_KEY_SECRET"):
+        await tenant_gateway(tenant_config(usage_upstream.url), Keys(), Spend(), secrets={"SITS_KEY_SECRET": ""})
+    raw = tenant_config(usage_upstream.url)
+    raw["server"]["grpc_port"] = 0
+    with pytest.raises(ConfigError, match="grpc_port"):
+        await tenant_gateway(raw, Keys(), Spend())
+    raw = tenant_config(usage_upstream.url, limits={"redis_url": "http://127.0.0.1:6379"})
+    with pytest.raises(ConfigError, match="tenants.limits.redis_url"):
+        await tenant_gateway(raw, Keys(), Spend())
