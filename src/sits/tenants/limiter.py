@@ -1,12 +1,13 @@
 """Rate limits, concurrency and budget reservations, taken together and atomically for one request.
 
 A request's checks (rpm, tpm, concurrency and budget, for its key, its team and its model within the
-key) go to Redis as ONE script call (EVALSHA): every check is tested first and then every counter is
-taken, or none is, so concurrent requests on any replica see one consistent count. Rates use GCRA (one
-number per scope: the "theoretical arrival time", a sliding minute without buckets); concurrency is a
-sorted set of leases (a replica that dies leaks nothing past `concurrency_lease_s`); budgets are
-integer nano-USD counters per period. Settlement (the actual tokens and cost, the concurrency lease
-given back) is batched off the request path: many requests' settlements go in one script call.
+key) are taken in Redis by one script: every check is tested first and then every counter is taken, or
+none is, so concurrent requests on any replica see one consistent count. Rates use GCRA (one number per
+scope: the "theoretical arrival time", a sliding minute without buckets); concurrency is a sorted set of
+leases (a replica that dies leaks nothing past `concurrency_lease_s`); budgets are integer nano-USD
+counters per period. What one event-loop turn of this replica has to ask (the admissions of the requests
+that arrived, the settlements of those that ended: actual tokens and cost, leases given back) goes in
+ONE script call (EVALSHA): at most one Redis round trip per request, shared.
 
 When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
 from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
@@ -32,75 +33,25 @@ RATE, TOKENS, CONCURRENCY, BUDGET = "r", "t", "c", "b"
 KIND_NAMES = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
 _MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
 
-# KEYS[i]: the counter of the i-th check. ARGV: lease_ms, the checks ("kind:limit:amount:seed:period_end_ms;"
-# each: kind r, t, c or b; a budget's limit -1 when soft only), the request's member id. Answers
-# {1, budget values...} when every check passes (and takes them all), or {0, failed check index, retry
-# after ms, reset at ms} when one does not (and takes nothing), as one string ("1,5,7" / "0,2,1200,...").
-ADMIT_LUA = """
+# KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
+# ARGV[2]: the settlements, "kind:limit:delta:member;" each; then per admission its checks
+# ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's limit -1 when soft only)
+# and its member id. Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
+# before it>" when every check passed (and was taken), "0,<failed check>,<retry after ms>,<reset at ms>"
+# when one did not (and nothing was taken).
+BATCH_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease, member = tonumber(ARGV[1]), ARGV[3]
+local lease = tonumber(ARGV[1])
 local W = 60000
-local checks = {}
-for kind, limit, amount, seed, ends in string.gmatch(ARGV[2], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
-  checks[#checks + 1] = {kind, tonumber(limit), tonumber(amount), tonumber(seed), tonumber(ends)}
-end
-local seen = {}
-for i, c in ipairs(checks) do
-  local kind, limit, amount, key = c[1], c[2], c[3], KEYS[i]
-  if kind == 'r' or kind == 't' then
-    local tat = tonumber(redis.call('GET', key) or '0')
-    if tat < now then tat = now end
-    local step = amount * W / limit
-    if step > W then step = W end
-    if tat + step - now > W then
-      return string.format('0,%d,%d,%d', i, math.ceil(tat + step - now - W), math.ceil(tat))
-    end
-    seen[i] = tat
-  elseif kind == 'c' then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    if redis.call('ZCARD', key) >= limit then
-      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-      return string.format('0,%d,1000,%d', i, math.ceil(tonumber(first[2])))
-    end
-  else
-    local spent = tonumber(redis.call('GET', key) or c[4])
-    if limit >= 0 and spent >= limit then
-      return string.format('0,%d,%d,%d', i, c[5] > 0 and (c[5] - now) or 0, c[5])
-    end
-    seen[i] = spent
-  end
-end
-local out = '1'
-for i, c in ipairs(checks) do
-  local kind, limit, amount, key = c[1], c[2], c[3], KEYS[i]
-  if kind == 'r' or kind == 't' then
-    local tat = seen[i] + amount * W / limit
-    redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
-  elseif kind == 'c' then
-    redis.call('ZADD', key, now + lease, member)
-    redis.call('PEXPIRE', key, lease + 1000)
-  else
-    redis.call('SET', key, string.format('%.0f', seen[i] + amount))
-    if c[5] > 0 then redis.call('PEXPIREAT', key, c[5] + 86400000) end
-    out = out .. string.format(',%.0f', seen[i])
-  end
-end
-return out
-"""
-
-# KEYS[i]: the counter of the i-th settlement. ARGV[1]: the settlements, "kind:limit:delta:member;" each.
-SETTLE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local i = 0
-for kind, limit, delta, member in string.gmatch(ARGV[1], '(%a):([^:]*):([^:]*):([^;]*);') do
-  i = i + 1
-  local key = KEYS[i]
+local k = 0
+for kind, limit, delta, member in string.gmatch(ARGV[2], '(%a):([^:]*):([^:]*):([^;]*);') do
+  k = k + 1
+  local key = KEYS[k]
   if kind == 't' then
     local tat = tonumber(redis.call('GET', key) or '0')
     if tat < now then tat = now end
-    tat = tat + tonumber(delta) * 60000 / tonumber(limit)
+    tat = tat + tonumber(delta) * W / tonumber(limit)
     if tat > now then
       redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
     else
@@ -112,11 +63,62 @@ for kind, limit, delta, member in string.gmatch(ARGV[1], '(%a):([^:]*):([^:]*):(
     if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, delta) end
   end
 end
-return i
+local function admit(checks, base, member)
+  local seen = {}
+  for i, c in ipairs(checks) do
+    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
+    if kind == 'r' or kind == 't' then
+      local tat = tonumber(redis.call('GET', key) or '0')
+      if tat < now then tat = now end
+      local step = amount * W / limit
+      if step > W then step = W end
+      if tat + step - now > W then
+        return string.format('0,%d,%d,%d', i, math.ceil(tat + step - now - W), math.ceil(tat))
+      end
+      seen[i] = tat
+    elseif kind == 'c' then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+      if redis.call('ZCARD', key) >= limit then
+        local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+        return string.format('0,%d,1000,%d', i, math.ceil(tonumber(first[2])))
+      end
+    else
+      local spent = tonumber(redis.call('GET', key) or c[4])
+      if limit >= 0 and spent >= limit then
+        return string.format('0,%d,%d,%d', i, c[5] > 0 and (c[5] - now) or 0, c[5])
+      end
+      seen[i] = spent
+    end
+  end
+  local out = '1'
+  for i, c in ipairs(checks) do
+    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
+    if kind == 'r' or kind == 't' then
+      local tat = seen[i] + amount * W / limit
+      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+    elseif kind == 'c' then
+      redis.call('ZADD', key, now + lease, member)
+      redis.call('PEXPIRE', key, lease + 1000)
+    else
+      redis.call('SET', key, string.format('%.0f', seen[i] + amount))
+      if c[5] > 0 then redis.call('PEXPIREAT', key, c[5] + 86400000) end
+      out = out .. string.format(',%.0f', seen[i])
+    end
+  end
+  return out
+end
+local answers = {}
+for j = 3, #ARGV, 2 do
+  local checks = {}
+  for kind, limit, amount, seed, ends in string.gmatch(ARGV[j], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
+    checks[#checks + 1] = {kind, tonumber(limit), tonumber(amount), tonumber(seed), tonumber(ends)}
+  end
+  answers[#answers + 1] = admit(checks, k, ARGV[j + 1])
+  k = k + #checks
+end
+return table.concat(answers, '|')
 """
-
-
-ADMIT, SETTLE = Script(ADMIT_LUA), Script(SETTLE_LUA)
+BATCH = Script(BATCH_LUA)
 
 
 class Check(NamedTuple):
@@ -141,23 +143,21 @@ def _number(value: float) -> str:
 
 
 class Plan:
-    """One shape of request (a key, its team, a model, this period): its checks, with the Redis
-    commands that take and settle them encoded once; a request only fills in its amounts and its id."""
+    """One shape of request (a key, its team, a model, this period): its checks, with their part of the
+    Redis command encoded once; a request only fills in its amounts and its lease id."""
 
-    __slots__ = ("checks", "tokens", "budgets", "_admit_head", "_admit_spec", "_settle_keys", "_settle_count",
-                 "_settle_spec")
+    __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "_admit_spec", "_settle_keys",
+                 "_settle_count", "_settle_spec")
 
-    def __init__(self, checks: Sequence[Check], lease_ms: int) -> None:
+    def __init__(self, checks: Sequence[Check]) -> None:
         self.checks = tuple(checks)
         self.tokens = any(c.kind == TOKENS for c in checks)
         self.budgets = tuple(c for c in checks if c.kind == BUDGET)
         amount = {RATE: "1", CONCURRENCY: "1", TOKENS: "{t}", BUDGET: "{b}"}
         self._admit_spec = "".join(f"{c.kind}:{_number(c.limit)}:{amount[c.kind]}:{c.seed}:{c.period_end_ms};"
                                    for c in checks)
-        keys = [c.key.encode() for c in checks]
-        self._admit_head = (b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(keys) + 6) + _bulk(ADMIT.sha.encode())
-                            + _bulk(b"%d" % len(keys)) + b"".join(_bulk(k) for k in keys)
-                            + _bulk(b"%d" % lease_ms))
+        self.keys = b"".join(_bulk(c.key.encode()) for c in checks)
+        self.key_count = len(checks)
         settled = [c for c in checks if c.kind != RATE]
         self._settle_keys = b"".join(_bulk(c.key.encode()) for c in settled)
         self._settle_count = len(settled)
@@ -165,20 +165,14 @@ class Plan:
         self._settle_spec = "".join(f"{c.kind}:{_number(c.limit)}:{delta[c.kind]}:{'{m}' if c.kind == CONCURRENCY else ''};"
                                     for c in settled)
 
-    def admit_command(self, tokens: int, nano: int, member: str) -> bytes:
+    def admission(self, tokens: int, nano: int, member: str) -> str:
+        """This request's two arguments of the batch command, encoded (ASCII: numbers and a hex id)."""
         spec = self._admit_spec.format(t=tokens, b=nano)
-        return self._admit_head + f"${len(spec)}\r\n{spec}\r\n${len(member)}\r\n{member}\r\n".encode()
+        return f"${len(spec)}\r\n{spec}\r\n${len(member)}\r\n{member}\r\n"
 
     def settlement(self, tokens_delta: int, nano_delta: int, member: str) -> tuple[bytes, int, str]:
         """(encoded keys, how many, their settlements) for one request, to send in a batch."""
         return self._settle_keys, self._settle_count, self._settle_spec.format(t=tokens_delta, b=nano_delta, m=member)
-
-
-def _settle_command(batch: Sequence[tuple[bytes, int, str]]) -> bytes:
-    count = sum(n for _, n, _ in batch)
-    spec = "".join(s for _, _, s in batch).encode()
-    return (b"*%d\r\n$7\r\nEVALSHA\r\n" % (count + 4) + _bulk(SETTLE.sha.encode()) + _bulk(b"%d" % count)
-            + b"".join(k for k, _, _ in batch) + _bulk(spec))
 
 
 class Denied(NamedTuple):
@@ -287,8 +281,18 @@ class LocalCounters:
             del self._tat[key]
 
 
+class _Admission:
+    """One request waiting for its batch's answer."""
+
+    __slots__ = ("plan", "nano", "member", "args", "future")
+
+    def __init__(self, plan: Plan, nano: int, member: str, args: str,
+                 future: asyncio.Future[Reservation | Denied]) -> None:
+        self.plan, self.nano, self.member, self.args, self.future = plan, nano, member, args, future
+
+
 class Limiter:
-    """Admits or refuses a request's checks on Redis (one round trip), or alone when Redis is away."""
+    """Admits or refuses a request's checks on Redis (one shared round trip), or alone when Redis is away."""
 
     def __init__(self, redis: RedisWire | None, members: Callable[[], Sequence[str]], *,
                  lease_s: float = 600.0, retry_redis_s: float = 1.0,
@@ -298,6 +302,8 @@ class Limiter:
         self._redis = redis
         self._members = members
         self.lease_ms = int(lease_s * 1000)
+        self._head = b"$7\r\nEVALSHA\r\n" + _bulk(BATCH.sha.encode())
+        self._lease_arg = _bulk(b"%d" % self.lease_ms)
         self._retry_s = retry_redis_s
         self._clock = clock
         self.local = LocalCounters(wall_ms)
@@ -306,40 +312,80 @@ class Limiter:
         self._probe: asyncio.Task[None] | None = None
         self.fallbacks = 0  # times Redis was lost
         self.since = clock()
-        self._pending: list[tuple[bytes, int, str]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._admissions: list[_Admission] = []  # this loop turn's, sent together
+        self._settlements: list[tuple[bytes, int, str]] = []
+        self._scheduled = False
+        self._in_flight = 0  # batches sent and not answered yet
+        self._idle: asyncio.Event | None = None
 
     def plan(self, checks: Sequence[Check]) -> Plan:
-        return Plan(checks, self.lease_ms)
+        return Plan(checks)
 
     # -- admission ----------------------------------------------------------------------
 
     async def admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
         if self.mode == "redis":
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[Reservation | Denied] = loop.create_future()
+            self._admissions.append(_Admission(plan, nano, member, plan.admission(tokens, nano, member), future))
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self._send)
             try:
-                return await self._redis_admit(plan, tokens, nano, member)
+                return await future
             except RedisUnavailable as exc:
                 self._lost(exc)
         return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
 
-    async def _redis_admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
+    def _send(self) -> None:
+        """One script call for what this loop turn has to ask: its settlements, then its admissions."""
+        self._scheduled = False
+        admissions, settlements = self._admissions, self._settlements
+        if not admissions and not settlements:
+            return
+        self._admissions, self._settlements = [], []
+        keys = [k for k, _, _ in settlements]
+        count = sum(n for _, n, _ in settlements)
+        for a in admissions:
+            keys.append(a.plan.keys)
+            count += a.plan.key_count
+        spec = "".join(s for _, _, s in settlements).encode()
+        command = b"".join((b"*%d\r\n" % (count + 5 + 2 * len(admissions)), self._head, _bulk(b"%d" % count),
+                            *keys, self._lease_arg, _bulk(spec),
+                            "".join([a.args for a in admissions]).encode()))
         assert self._redis is not None
-        try:
-            answer = await self._redis.call(plan.admit_command(tokens, nano, member), ADMIT)
-        except RedisReplyError as exc:  # a script error: never expected; counted alone rather than refused
-            raise RedisUnavailable(f"the limits script failed: {exc}") from None
-        if answer == b"1":
-            return Reservation(plan, member, "redis", ())
-        if answer[0] == 49:  # "1,<budget values>"
-            budgets = [int(v) for v in answer[2:].split(b",")]
-            known = self._known_spent
-            if len(known) > 10_000:
-                known.clear()
-            for check, spent in zip(plan.budgets, budgets, strict=False):
-                known[check.key] = spent + nano
-            return Reservation(plan, member, "redis", budgets)
-        _, index, retry_ms, reset_ms = answer.split(b",")
-        return Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms))
+        self._in_flight += 1
+        self._redis.send(command, BATCH, lambda reply: self._answered(reply, admissions, settlements))
+
+    def _answered(self, reply: Any, admissions: list[_Admission], settlements: list[tuple[bytes, int, str]]) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
+        if isinstance(reply, Exception):
+            error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
+            for a in admissions:
+                if not a.future.done():
+                    a.future.set_exception(error)
+            if settlements:  # lost with Redis: leases expire, reservations stay counted (over, never under)
+                log.warning("limits: %d settlements did not reach Redis (%s)", len(settlements), error)
+            return
+        answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
+        for a, answer in zip(admissions, answers, strict=False):
+            if a.future.done():
+                continue
+            if answer == b"1":
+                a.future.set_result(Reservation(a.plan, a.member, "redis", ()))
+            elif answer[0] == 49:  # "1,<budget values>"
+                budgets = [int(v) for v in answer[2:].split(b",")]
+                known = self._known_spent
+                if len(known) > 10_000:
+                    known.clear()
+                for check, spent in zip(a.plan.budgets, budgets, strict=False):
+                    known[check.key] = spent + a.nano
+                a.future.set_result(Reservation(a.plan, a.member, "redis", budgets))
+            else:
+                _, index, retry_ms, reset_ms = answer.split(b",")
+                a.future.set_result(Denied(a.plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":
@@ -364,57 +410,46 @@ class Limiter:
             self.mode = "redis"
             self.since = self._clock()
             alone = self.local.take_budget_spend()
-            if alone:  # what was spent meanwhile joins the shared budget counters (batched, as settlements)
-                self._pending.extend(alone)
-                self._schedule_flush()
+            if alone:  # what was spent meanwhile joins the shared budget counters
+                self._settlements.extend(alone)
+                self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send)
 
     # -- settlement ---------------------------------------------------------------------
 
     def settle(self, reservation: Reservation, tokens_delta: int, nano_delta: int) -> None:
-        """Give the concurrency lease back and correct tokens and cost to the actual usage (no await:
-        Redis settlements go out in batches from a background task)."""
+        """Give the concurrency lease back and correct tokens and cost to the actual usage (no await: it
+        goes with the next loop turn's script call)."""
         plan = reservation.plan
         if reservation.backend == "local":
             self.local.settle(plan, tokens_delta, nano_delta, reservation.member, len(self._members()))
             return
-        if not plan._settle_count:
-            return
-        pending = self._pending
-        pending.append(plan.settlement(tokens_delta, nano_delta, reservation.member))
-        if len(pending) > _MAX_PENDING_SETTLEMENTS:
-            del pending[: len(pending) - _MAX_PENDING_SETTLEMENTS]
-        if self._flusher is None or self._flusher.done():
-            self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        self._flusher = asyncio.get_running_loop().create_task(self._flush())
-
-    async def _flush(self) -> None:
-        failures = 0
-        while self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                assert self._redis is not None
-                await self._redis.call(_settle_command(batch), SETTLE)
-                failures = 0
-            except (RedisUnavailable, RedisReplyError) as exc:  # keep them a few tries, then let leases expire
-                failures += 1
-                if failures > 3:
-                    log.warning("limits: %d settlements could not reach Redis (%s); concurrency leases expire "
-                                "within %ds", len(batch), exc, self.lease_ms // 1000)
-                    return
-                self._pending[:0] = batch
-                await asyncio.sleep(0.2 * failures)
+        if not plan._settle_count or self.mode != "redis":
+            return  # Redis away: its leases expire, its reservations stay counted (over, never under)
+        settlements = self._settlements
+        settlements.append(plan.settlement(tokens_delta, nano_delta, reservation.member))
+        if len(settlements) > _MAX_PENDING_SETTLEMENTS:
+            del settlements[: len(settlements) - _MAX_PENDING_SETTLEMENTS]
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send)
 
     async def close(self) -> None:
-        """Send what is still to settle (graceful shutdown), bounded."""
+        """Send what is still to settle (graceful shutdown) and wait for the answer, bounded."""
         if self._probe is not None:
             self._probe.cancel()
-        if self._flusher is not None and not self._flusher.done():
+        if self.mode == "redis" and (self._settlements or self._scheduled):
+            self._send()
+        if self._in_flight:
+            self._idle = asyncio.Event()
             try:
-                await asyncio.wait_for(asyncio.shield(self._flusher), 2.0)
+                await asyncio.wait_for(self._idle.wait(), 2.0)
             except (TimeoutError, asyncio.TimeoutError):
-                self._flusher.cancel()
+                pass
 
     def describe(self) -> dict[str, Any]:
         """For /v1/cluster: where limits are counted now."""
@@ -422,4 +457,4 @@ class Limiter:
         return {"mode": self.mode, "shared": self.mode == "redis",
                 "live_replicas": replicas, "share": 1.0 if self.mode == "redis" else round(1 / max(1, replicas), 4),
                 "since_s": round(self._clock() - self.since, 3), "redis_losses": self.fallbacks,
-                "pending_settlements": len(self._pending)}
+                "pending_settlements": len(self._settlements)}

@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -68,12 +69,7 @@ class _Replies(asyncio.Protocol):
                 break
             at = at_next
             if waiting:
-                future = waiting.popleft()[0]
-                if not future.done():
-                    if isinstance(reply, RedisReplyError):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
+                waiting.popleft()[0](reply)
         self._buffer = buffer[at:]
 
 
@@ -112,6 +108,10 @@ def _parse(buffer: bytes, at: int) -> tuple[Any, int]:
     raise RedisUnavailable(f"unexpected reply from Redis: {buffer[at - 2 - len(line) - 1:at][:40]!r}")
 
 
+def _ignore(reply: Any) -> None:
+    pass
+
+
 class Script:
     """A Lua script run by its SHA-1 (EVALSHA), loaded once with EVAL when the server does not know it."""
 
@@ -137,36 +137,63 @@ class RedisWire:
         self._timeout_s = timeout_s
         self._protocol: _Replies | None = None
         self._connecting: asyncio.Future[_Replies] | None = None
-        self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
+        self._waiting: deque[tuple[Callable[[Any], None], float]] = deque()  # reply handlers, in order
         self._watchdog: asyncio.TimerHandle | None = None
 
     @property
     def connected(self) -> bool:
         return self._protocol is not None
 
-    async def call(self, command: bytes, script: Script | None = None) -> Any:
-        """Send an encoded command; when it runs `script` by its SHA-1 and the server does not know the
-        script yet (a restart), load it and send the command again."""
+    def send(self, command: bytes, script: Script, on_reply: Callable[[Any], None]) -> None:
+        """Send an encoded command that runs `script` by its SHA-1; `on_reply` gets the reply, a
+        `RedisReplyError` or `RedisUnavailable`, once. A server that does not know the script yet (a
+        restart) gets it loaded and the command again."""
+        def reply_or_load(reply: Any) -> None:
+            if isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT"):
+                self._write(_encode(["SCRIPT", "LOAD", script.source]), _ignore)
+                self._write(command, on_reply)
+            else:
+                on_reply(reply)
+
+        if self._protocol is not None:
+            self._write(command, reply_or_load)
+        else:  # (re)connect first, off the caller's path
+            asyncio.get_running_loop().create_task(self._connect_then_send(command, reply_or_load))
+
+    async def _connect_then_send(self, command: bytes, on_reply: Callable[[Any], None]) -> None:
         try:
-            return await self._call(command)
-        except RedisReplyError as exc:
-            if script is None or not str(exc).startswith("NOSCRIPT"):
-                raise
-        await self._call(_encode(["SCRIPT", "LOAD", script.source]))
-        return await self._call(command)
+            await self._connect()
+        except RedisUnavailable as exc:
+            on_reply(exc)
+            return
+        self._write(command, on_reply)
+
+    def _write(self, command: bytes, on_reply: Callable[[Any], None]) -> None:
+        protocol = self._protocol
+        if protocol is None or protocol.transport is None:
+            on_reply(RedisUnavailable("connection to Redis lost"))
+            return
+        loop = asyncio.get_running_loop()
+        self._waiting.append((on_reply, loop.time() + self._timeout_s))
+        protocol.transport.write(command)
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(self._timeout_s, self._check_oldest)
 
     async def ping(self) -> None:
         await self._call(b"*1\r\n$4\r\nPING\r\n")
 
     async def _call(self, command: bytes) -> Any:
-        protocol = self._protocol or await self._connect()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._waiting.append((future, loop.time() + self._timeout_s))
-        assert protocol.transport is not None
-        protocol.transport.write(command)
-        if self._watchdog is None:
-            self._watchdog = loop.call_later(self._timeout_s, self._check_oldest)
+        if self._protocol is None:
+            await self._connect()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def resolve(reply: Any) -> None:
+            if not future.done():
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        self._write(command, resolve)
         return await future
 
     def _check_oldest(self) -> None:
@@ -216,9 +243,8 @@ class RedisWire:
 
     def _fail_all(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, deque()
-        for future, _ in waiting:
-            if not future.done():
-                future.set_exception(error)
+        for on_reply, _ in waiting:
+            on_reply(error)
 
     async def close(self) -> None:
         if self._watchdog is not None:
