@@ -261,21 +261,14 @@ class TenantGate:
             tokens = usage.input_tokens + usage.output_tokens
             self.limiter.settle(ticket.reservation, tokens - ticket.prompt_tokens - ticket.output_tokens,
                                 round(cost * NANO) - ticket.reserved_nano)
-        team_label = self.metrics.team(ticket.key.team_id)
-        model_label = self._model_label(model, table)
-        if cost:
-            self.metrics.spend.inc((team_label, model_label), cost)
-        tokens_tally = self.metrics.tokens
-        for kind, n in (("input", usage.input_tokens), ("cached_input", usage.cached_input_tokens),
-                        ("output", usage.output_tokens), ("reasoning", usage.reasoning_tokens)):
-            if n:
-                tokens_tally.inc((team_label, model_label, kind), n)
-        requested = table.resolve(ticket.model) if ticket.model != AUTO else None
+        self.metrics.used(ticket.key.team_id, model, table, usage, cost)
+        requested = ticket.model
+        requested = table.aliases.get(requested, requested)
         self._sink.record(SpendRecord(
             request_id=ticket.request_id, at=self._wall(), key_id=ticket.key.key_id, team_id=ticket.key.team_id,
             user=ticket.user, model=model, endpoint=endpoint, usage=usage, cost_usd=cost,
             latency_ms=round(seconds * 1000, 3), status=status, cache_hit=free,
-            fallback=requested is not None and requested.name != model and not free))
+            fallback=requested != model and requested != AUTO and requested in table.models and not free))
 
     def _refused(self, key: KeyRecord, model: str, user: str | None, request_id: str, status: int) -> None:
         self._sink.record(SpendRecord(request_id=request_id, at=self._wall(), key_id=key.key_id, team_id=key.team_id,

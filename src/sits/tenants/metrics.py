@@ -12,9 +12,23 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sits.state.routing_table import RoutingTable
 from sits.telemetry.metrics import BoundedLabels, Tally
+from sits.tenants.records import Usage
 
 OUTCOMES = frozenset({"admitted", "unauthorized", "forbidden", "rpm", "tpm", "concurrency", "budget"})
+
+
+class _Series:
+    """The label keys one (team, model) pair records on, built once."""
+
+    __slots__ = ("table", "spend", "input", "cached", "output", "reasoning")
+
+    def __init__(self, table: RoutingTable, team: str, model: str) -> None:
+        self.table = table
+        self.spend = (team, model)
+        self.input, self.cached = (team, model, "input"), (team, model, "cached_input")
+        self.output, self.reasoning = (team, model, "output"), (team, model, "reasoning")
 
 
 class TenantMetrics(Collector):
@@ -35,6 +49,28 @@ class TenantMetrics(Collector):
         self.local_admissions = Tally("sits_limits_local_admissions", "Requests whose limits were checked in this "
                                       "replica alone (Redis unreachable or not configured).", ("mode",))
         self._tallies = (self.requests, self.spend, self.tokens, self.soft_budget, self.local_admissions)
+        self._series: dict[tuple[str, str], _Series] = {}
+
+    def used(self, team_id: str, model: str, table: RoutingTable, usage: Usage, cost: float) -> None:
+        """What one finished request used: spend and tokens by kind, for its team and model."""
+        series = self._series.get((team_id, model))
+        if series is None or series.table is not table:
+            if len(self._series) > 4096:
+                self._series.clear()
+            label = model if model in table.models or model in table.aliases else "unknown"
+            series = self._series[(team_id, model)] = _Series(table, self.team(team_id), self._model(label))
+        if cost:
+            spend = self.spend.values
+            spend[series.spend] = spend.get(series.spend, 0.0) + cost
+        tokens = self.tokens.values
+        if usage.input_tokens:
+            tokens[series.input] = tokens.get(series.input, 0.0) + usage.input_tokens
+        if usage.output_tokens:
+            tokens[series.output] = tokens.get(series.output, 0.0) + usage.output_tokens
+        if usage.cached_input_tokens:
+            tokens[series.cached] = tokens.get(series.cached, 0.0) + usage.cached_input_tokens
+        if usage.reasoning_tokens:
+            tokens[series.reasoning] = tokens.get(series.reasoning, 0.0) + usage.reasoning_tokens
 
     def team(self, team_id: str | None) -> str:
         return self._team(team_id or "none")
