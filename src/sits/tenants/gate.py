@@ -24,7 +24,7 @@ from sits.state.routing_table import RoutingTable
 from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
 from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Plan, Reservation
 from sits.tenants.metrics import TenantMetrics
-from sits.tenants.pricing import FREE_SOURCES, PriceBook, cost_usd, usage_from
+from sits.tenants.pricing import FREE_SOURCES, PriceBook, usage_from
 from sits.tenants.records import (
     Budget,
     KeyDirectory,
@@ -43,6 +43,8 @@ log = logging.getLogger("sits.tenants")
 AUTO = "auto"
 _MAX_USER_CHARS = 256
 _NO_USAGE = Usage()
+_ANY_MODEL = ("*",)
+_MAX_REMEMBERED_KEYS = 10_000
 _SHAPE_TTL_S = 60.0  # a budget counter's seed is read again after this long
 _NANO_PER_MILLION = NANO / 1_000_000  # prices are per million tokens, budgets counted in nano-USD
 
@@ -57,7 +59,7 @@ class Ticket:
     """One admitted request: what it reserved, settled once by `finish`."""
 
     __slots__ = ("_gate", "key", "team", "user", "model", "request_id", "reservation", "prompt_tokens",
-                 "output_tokens", "reserved_nano", "warning", "_done")
+                 "output_tokens", "reserved_nano", "warning", "table", "_done")
 
     def __init__(self, gate: TenantGate, key: KeyRecord, team: TeamRecord | None, user: str | None, model: str,
                  request_id: str, reservation: Reservation | None, prompt_tokens: int, output_tokens: int,
@@ -67,6 +69,7 @@ class Ticket:
         self.reservation = reservation
         self.prompt_tokens, self.output_tokens, self.reserved_nano = prompt_tokens, output_tokens, reserved_nano
         self.warning = warning  # soft budget passed: said in the x-sits-budget-warning header
+        self.table: RoutingTable | None = None  # the table the request started with (its prices)
         self._done = False
 
     def finish(self, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes = b"",
@@ -111,6 +114,7 @@ class TenantGate:
         self._members = itertools.count(1)
         self._member_prefix = os.urandom(6).hex() + "-"  # lease ids unique across replicas and restarts
         self._shapes: dict[tuple[int, int, str], _Shape] = {}
+        self._hashes: dict[str, bytes] = {}  # presented key -> its keyed hash, for keys that exist
         self._warned: set[str] = set()
 
     # -- who, and what for ------------------------------------------------------------------
@@ -119,11 +123,22 @@ class TenantGate:
         """The key presented as a bearer token: 401 when it is missing, unknown, revoked or expired.
 
         The lookup is by the keyed hash of the token, which a caller cannot steer without the secret,
-        so the dictionary lookup leaks nothing useful by its timing."""
+        so the dictionary lookup leaks nothing useful by its timing. The hashes of keys that were found
+        are kept (bounded), so a known key costs a dictionary lookup instead of an HMAC; the directory
+        is still asked each time, so a revocation counts at the next request."""
         if token is None:
             self.metrics.requests.inc(("none", "none", "unauthorized"))
             raise Unauthorized("this gateway needs 'Authorization: Bearer <api key>'")
-        key = self._directory.by_hash(hash_key(token, self._settings.key_secret))
+        key_hash = self._hashes.get(token)
+        if key_hash is None:
+            key_hash = hash_key(token, self._settings.key_secret)
+            key = self._directory.by_hash(key_hash)
+            if key is not None:  # only keys that exist: unknown ones cannot fill the memo
+                if len(self._hashes) >= _MAX_REMEMBERED_KEYS:
+                    self._hashes.clear()
+                self._hashes[token] = key_hash
+        else:
+            key = self._directory.by_hash(key_hash)
         if key is None:
             self.metrics.requests.inc(("none", "none", "unauthorized"))
             raise Unauthorized("invalid API key")
@@ -153,11 +168,12 @@ class TenantGate:
         if user is not None and len(user) > _MAX_USER_CHARS:
             user = user[:_MAX_USER_CHARS]
         table = self._table()
-        try:
-            self.check_model(key, model, table)
-        except Forbidden:
-            self._refused(key, model, user, request_id, Forbidden.http_status)
-            raise
+        if key.allowed_models != _ANY_MODEL:
+            try:
+                self.check_model(key, model, table)
+            except Forbidden:
+                self._refused(key, model, user, request_id, Forbidden.http_status)
+                raise
         team = self._directory.team(key.team_id)
         now = self._wall()
         shape = self._shapes.get((id(key), id(team), model))
@@ -168,7 +184,9 @@ class TenantGate:
         team_label = shape.team_label
         if plan is None:  # nothing to count: no Redis round trip at all
             self.metrics.requests.inc(shape.admitted)
-            return Ticket(self, key, team, user, model, request_id, None, 0, 0, 0, None)
+            ticket = Ticket(self, key, team, user, model, request_id, None, 0, 0, 0, None)
+            ticket.table = table
+            return ticket
         prompt = prompt_tokens() if plan.tokens or plan.budgets else 0
         output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
         price = shape.price
@@ -189,8 +207,10 @@ class TenantGate:
                 if spent >= threshold:
                     warning = self._soft_warning(outcome, shape.budgets, key, team_label)
                     break
-        return Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano,  # type: ignore[arg-type]
-                      warning)
+        ticket = Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano,  # type: ignore[arg-type]
+                        warning)
+        ticket.table = table
+        return ticket
 
     def _shape(self, key: KeyRecord, team: TeamRecord | None, model: str, table: RoutingTable,
                now: float) -> _Shape:
@@ -246,7 +266,7 @@ class TenantGate:
 
     def finish(self, ticket: Ticket, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes,
                counts: tuple[int, int] | None) -> None:
-        table = self._table()
+        table = ticket.table or self._table()
         free = endpoint in FREE_SOURCES
         usage = usage_from(raw_usage, counts) if raw_usage else None
         if usage is None and counts is not None:
@@ -256,7 +276,7 @@ class TenantGate:
                 usage = _NO_USAGE  # no model ran
             else:  # a model answered but said nothing of its usage: count it at the reservation (upper bound)
                 usage = Usage(ticket.prompt_tokens, 0, ticket.output_tokens, 0)
-        cost = 0.0 if free else cost_usd(self._prices.served(table, endpoint), usage)
+        cost = 0.0 if free else self._prices.cost(table, endpoint, usage)
         if ticket.reservation is not None:
             tokens = usage.input_tokens + usage.output_tokens
             self.limiter.settle(ticket.reservation, tokens - ticket.prompt_tokens - ticket.output_tokens,

@@ -86,6 +86,17 @@ class PriceBook:
         self._refresh(table)
         return self._by_endpoint.get(endpoint)
 
+    def cost(self, table: RoutingTable, endpoint: str, usage: Usage) -> float:
+        """What `usage` cost on `endpoint` (0 where it has no price)."""
+        if table is not self._table:
+            self._refresh(table)
+        price = self._by_endpoint.get(endpoint)
+        if price is None:
+            return 0.0
+        if not usage.cached_input_tokens and not usage.reasoning_tokens:  # the common case, in one step
+            return (usage.input_tokens * price.input + usage.output_tokens * price.output) * _PER_TOKEN
+        return cost_usd(price, usage)
+
     def estimate(self, table: RoutingTable, model: str) -> Price | None:
         """The price to reserve against before the endpoint is known: the dearest of the model's
         endpoints; for `auto` or an unknown name, the dearest in the table."""
