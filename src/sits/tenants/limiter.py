@@ -31,6 +31,9 @@ log = logging.getLogger("sits.tenants")
 WINDOW_MS = 60_000  # rpm and tpm are per minute
 RATE, TOKENS, CONCURRENCY, BUDGET = "r", "t", "c", "b"
 KIND_NAMES = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
+# A finished request's settlement (lease back, tokens and cost corrected) waits at most this long for
+# the next admissions' script call to ride with, then goes alone.
+SETTLE_DELAY_S = 0.02
 _MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
 
 # KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
@@ -315,6 +318,7 @@ class Limiter:
         self._admissions: list[_Admission] = []  # this loop turn's, sent together
         self._settlements: list[tuple[bytes, int, str]] = []
         self._scheduled = False
+        self._settle_timer: asyncio.TimerHandle | None = None
         self._in_flight = 0  # batches sent and not answered yet
         self._idle: asyncio.Event | None = None
 
@@ -340,6 +344,9 @@ class Limiter:
     def _send(self) -> None:
         """One script call for what this loop turn has to ask: its settlements, then its admissions."""
         self._scheduled = False
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
+            self._settle_timer = None
         admissions, settlements = self._admissions, self._settlements
         if not admissions and not settlements:
             return
@@ -355,9 +362,14 @@ class Limiter:
                             "".join([a.args for a in admissions]).encode()))
         assert self._redis is not None
         self._in_flight += 1
-        self._redis.send(command, BATCH, lambda reply: self._answered(reply, admissions, settlements))
+        self._redis.send(command, lambda reply: self._answered(reply, admissions, settlements, command))
 
-    def _answered(self, reply: Any, admissions: list[_Admission], settlements: list[tuple[bytes, int, str]]) -> None:
+    def _answered(self, reply: Any, admissions: list[_Admission], settlements: list[tuple[bytes, int, str]],
+                  command: bytes) -> None:
+        if command and isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT") and self._redis:
+            self._redis.load(BATCH)  # a restarted Redis: load the script, send the same call again
+            self._redis.send(command, lambda again: self._answered(again, admissions, settlements, b""))
+            return
         self._in_flight -= 1
         if self._in_flight == 0 and self._idle is not None:
             self._idle.set()
@@ -415,6 +427,7 @@ class Limiter:
                 self._schedule()
 
     def _schedule(self) -> None:
+        self._settle_timer = None
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._send)
@@ -434,15 +447,15 @@ class Limiter:
         settlements.append(plan.settlement(tokens_delta, nano_delta, reservation.member))
         if len(settlements) > _MAX_PENDING_SETTLEMENTS:
             del settlements[: len(settlements) - _MAX_PENDING_SETTLEMENTS]
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._send)
+        # They ride with the next admissions' call; without one within SETTLE_DELAY_S, they go alone.
+        if self._settle_timer is None and not self._scheduled:
+            self._settle_timer = asyncio.get_running_loop().call_later(SETTLE_DELAY_S, self._schedule)
 
     async def close(self) -> None:
         """Send what is still to settle (graceful shutdown) and wait for the answer, bounded."""
         if self._probe is not None:
             self._probe.cancel()
-        if self.mode == "redis" and (self._settlements or self._scheduled):
+        if self.mode == "redis" and (self._settlements or self._admissions):
             self._send()
         if self._in_flight:
             self._idle = asyncio.Event()

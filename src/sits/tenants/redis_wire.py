@@ -144,21 +144,17 @@ class RedisWire:
     def connected(self) -> bool:
         return self._protocol is not None
 
-    def send(self, command: bytes, script: Script, on_reply: Callable[[Any], None]) -> None:
-        """Send an encoded command that runs `script` by its SHA-1; `on_reply` gets the reply, a
-        `RedisReplyError` or `RedisUnavailable`, once. A server that does not know the script yet (a
-        restart) gets it loaded and the command again."""
-        def reply_or_load(reply: Any) -> None:
-            if isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT"):
-                self._write(_encode(["SCRIPT", "LOAD", script.source]), _ignore)
-                self._write(command, on_reply)
-            else:
-                on_reply(reply)
-
+    def send(self, command: bytes, on_reply: Callable[[Any], None]) -> None:
+        """Send an encoded command; `on_reply` gets the reply, a `RedisReplyError` or `RedisUnavailable`,
+        once (a script the server does not know answers NOSCRIPT: see `load`)."""
         if self._protocol is not None:
-            self._write(command, reply_or_load)
+            self._write(command, on_reply)
         else:  # (re)connect first, off the caller's path
-            asyncio.get_running_loop().create_task(self._connect_then_send(command, reply_or_load))
+            asyncio.get_running_loop().create_task(self._connect_then_send(command, on_reply))
+
+    def load(self, script: Script) -> None:
+        """Load `script` (after a NOSCRIPT answer: a restarted server); commands sent after it can run it."""
+        self.send(_encode(["SCRIPT", "LOAD", script.source]), _ignore)
 
     async def _connect_then_send(self, command: bytes, on_reply: Callable[[Any], None]) -> None:
         try:
