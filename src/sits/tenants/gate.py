@@ -284,11 +284,12 @@ class TenantGate:
         self.metrics.used(ticket.key.team_id, model, table, usage, cost)
         requested = ticket.model
         requested = table.aliases.get(requested, requested)
+        key = ticket.key
+        # Positional, in field order: keywords cost a frozen record's constructor a good deal more per request.
         self._sink.record(SpendRecord(
-            request_id=ticket.request_id, at=self._wall(), key_id=ticket.key.key_id, team_id=ticket.key.team_id,
-            user=ticket.user, model=model, endpoint=endpoint, usage=usage, cost_usd=cost,
-            latency_ms=round(seconds * 1000, 3), status=status, cache_hit=free,
-            fallback=requested != model and requested != AUTO and requested in table.models and not free))
+            ticket.request_id, self._wall(), key.key_id, key.team_id, ticket.user, model, endpoint, usage, cost,
+            seconds * 1000.0, status, free,
+            requested != model and requested != AUTO and requested in table.models and not free))
 
     def _refused(self, key: KeyRecord, model: str, user: str | None, request_id: str, status: int) -> None:
         self._sink.record(SpendRecord(request_id=request_id, at=self._wall(), key_id=key.key_id, team_id=key.team_id,
