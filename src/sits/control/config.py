@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sits.control.cluster_config import ClusterConfig
 from sits.errors import ConfigError
 from sits.state.admission_config import AdmissionConfig
+from sits.state.response_store import ResponsesConfig
 from sits.state.semantic_cache import SemanticCacheConfig
 from sits.telemetry.config import TelemetryConfig
 
@@ -40,6 +41,9 @@ class EndpointConfig(_Strict):
     api_key_env: str | None = None
     weight: PositiveFloat = 1.0
     timeouts: TimeoutsConfig = TimeoutsConfig()
+    # The HTTP API the endpoint speaks: OpenAI's (chat/completions) or Anthropic's (/v1/messages, translated
+    # both ways in the send step; docs/responses-and-messages.md)
+    api: Literal["openai", "anthropic"] = "openai"
 
     @field_validator("url")
     @classmethod
@@ -196,6 +200,7 @@ class GatewayConfig(_Strict):
     kv_migration: KvMigrationConfig = KvMigrationConfig()
     semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    responses: ResponsesConfig = ResponsesConfig()  # stored Responses (docs/responses-and-messages.md)
     # Routing policy (profiles of filters, scorers, picker): validated by sits.scheduling.policy at startup,
     # since the control layer does not import scheduling. See docs/scheduling.md.
     routing: dict[str, Any] = {}
