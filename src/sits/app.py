@@ -43,6 +43,7 @@ from sits.api.request_observer import RequestObserver
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.messages_routes import COUNT_TOKENS as MESSAGES_COUNT_TOKENS
 from sits.api.messages_routes import PATH as MESSAGES
+from sits.api.messages_routes import PATHS as MESSAGES_PATHS
 from sits.api.messages_routes import MessagesRoutes, anthropic_errors
 from sits.api.openai_routes import OpenAIRoutes
 from sits.api.responses_routes import PATH as RESPONSES
@@ -287,8 +288,8 @@ class Gateway:
             {
                 ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
                 ("POST", RESPONSES): responses.create,
-                ("POST", MESSAGES): anthropic_errors(messages.create),
-                ("POST", MESSAGES_COUNT_TOKENS): anthropic_errors(messages.count_tokens),
+                ("POST", MESSAGES): anthropic_errors(messages.create, self._client_keys),
+                ("POST", MESSAGES_COUNT_TOKENS): anthropic_errors(messages.count_tokens, self._client_keys),
                 ("POST", "/v1/files"): files.upload,
                 ("POST", "/v1/completions"): openai_routes.completions,
                 ("POST", "/v1/embeddings"): openai_routes.embeddings,
@@ -379,7 +380,7 @@ class Gateway:
         await self._adapters_restored.finished()
 
     def _authenticate(self, request: HttpRequest, path: str) -> None:
-        if path in DATA_PLANE_PATHS:
+        if path in DATA_PLANE_PATHS and path not in MESSAGES_PATHS:  # those answer a refused key themselves
             self._client_keys.check(request)
 
     # -- lifecycle -------------------------------------------------------------

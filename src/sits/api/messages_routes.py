@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from sits.api.auth import DataPlaneKeys
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.surface_path import SurfacePath
 from sits.errors import InvalidRequest, ModelNotFound, SitsError, UpstreamStatusError
@@ -27,6 +28,7 @@ from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 PATH = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
+PATHS = frozenset({PATH, COUNT_TOKENS})  # authenticated by `anthropic_errors`, to answer in Anthropic's shape
 _VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",
@@ -55,11 +57,14 @@ def _upstream_message(body: bytes) -> str | None:
     return str(error.get("message")) if isinstance(error, dict) and error.get("message") else None
 
 
-def anthropic_errors(handler: Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]
-                     ) -> Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]:
-    """The handler with its SitsErrors rendered in Anthropic's shape rather than OpenAI's."""
+def anthropic_errors(handler: Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]],
+                     keys: DataPlaneKeys) -> Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]:
+    """The handler behind the client keys, with its SitsErrors (a refused key included) rendered in
+    Anthropic's shape rather than OpenAI's."""
     async def handle(request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
         try:
+            if keys.enabled:
+                keys.check(request)
             return await handler(request, request_id)
         except SitsError as exc:
             return anthropic_error(exc)

@@ -56,3 +56,16 @@ async def test_count_tokens(upstream, start_gateway):
     async with client(gateway) as claude:
         counted = await claude.messages.count_tokens(model="m1", messages=[{"role": "user", "content": "hi there"}])
     assert counted.input_tokens > 0
+
+
+async def test_data_plane_keys_accept_anthropic_clients_x_api_key(upstream, start_gateway):
+    config = one_model_config(upstream.url, api_keys_env="SITS_KEYS")
+    gateway = await start_gateway(config, secrets={"SITS_KEYS": "k1"})
+    async with anthropic.AsyncAnthropic(base_url=base_url(gateway), api_key="k1", max_retries=0) as claude:
+        message = await claude.messages.create(model="m1", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert message.content[0].text == "hello from upstream-a"
+    async with anthropic.AsyncAnthropic(base_url=base_url(gateway), api_key="wrong", max_retries=0) as claude:
+        with pytest.raises(anthropic.AuthenticationError) as info:
+            await claude.messages.create(model="m1", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert info.value.body == {"type": "error", "error": {"type": "authentication_error",  # type: ignore[comparison-overlap]
+                                                          "message": "invalid API key"}}
