@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from sits.translate.sse import DONE, SseSplitter
+from sits.errors import UpstreamProtocolError
+from sits.translate.sse import DONE, MAX_LINE
 
 
 class ToolDelta(NamedTuple):
@@ -36,65 +37,81 @@ class StreamEnd(NamedTuple):
     code: str | None = None
 
 
+_NO_DELTA = ChatDelta()
+
+
 def chunk_delta(event: dict[str, Any]) -> ChatDelta:
-    """One chat.completion.chunk as a delta of choice 0 (the surfaces answer with one choice)."""
-    text, reasoning, finish, tools = "", "", None, ()
-    for choice in event.get("choices") or ():
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            content = delta.get("content")
-            text = content if isinstance(content, str) else ""
-            thought = delta.get("reasoning_content")
-            reasoning = thought if isinstance(thought, str) else ""
-            calls = delta.get("tool_calls")
-            if isinstance(calls, list):
-                tools = tuple(_tool_delta(i, c) for i, c in enumerate(calls) if isinstance(c, dict))
-        if choice.get("finish_reason") is not None:
-            finish = str(choice["finish_reason"])
+    """One chat.completion.chunk as a delta of choice 0 (the surfaces answer with one choice).
+
+    Read optimistically (the shape every chat server writes) and checked by the exceptions a wrong
+    shape raises: this runs once per streamed event."""
     usage = event.get("usage")
     model = event.get("model")
-    return ChatDelta(text, reasoning, tools, finish, usage if isinstance(usage, dict) else None,
-                     model if isinstance(model, str) else None)
+    try:
+        choices = event.get("choices")
+        if not choices:
+            return ChatDelta(usage=usage if type(usage) is dict else None, model=model if type(model) is str else None)
+        choice = choices[0]
+        if choice.get("index", 0) != 0:
+            return _NO_DELTA
+        delta = choice.get("delta") or _EMPTY
+        text = delta.get("content") or ""
+        reasoning = delta.get("reasoning_content") or ""
+        calls = delta.get("tool_calls")
+        tools = tuple(_tool_delta(i, c) for i, c in enumerate(calls)) if calls else ()
+        finish = choice.get("finish_reason")
+    except (AttributeError, TypeError, KeyError):
+        return _NO_DELTA
+    return ChatDelta(text if type(text) is str else "", reasoning if type(reasoning) is str else "", tools,
+                     None if finish is None else str(finish), usage if type(usage) is dict else None,
+                     model if type(model) is str else None)
+
+
+_EMPTY: dict[str, Any] = {}
 
 
 def _tool_delta(position: int, call: dict[str, Any]) -> ToolDelta:
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
-    index = call.get("index")
-    arguments = function.get("arguments")
-    return ToolDelta(index if isinstance(index, int) else position,
-                     call.get("id") if isinstance(call.get("id"), str) else None,
-                     function.get("name") if isinstance(function.get("name"), str) else None,
-                     arguments if isinstance(arguments, str) else "")
+    function = call.get("function") or _EMPTY
+    index, call_id = call.get("index"), call.get("id")
+    name, arguments = function.get("name"), function.get("arguments")
+    return ToolDelta(index if type(index) is int else position, call_id if type(call_id) is str else None,
+                     name if type(name) is str else None, arguments if type(arguments) is str else "")
 
 
 class ChatStreamReader:
-    __slots__ = ("_splitter",)
+    """Chat SSE bytes in (cut anywhere), deltas and the end out. Chat streams carry only `data:` lines."""
+
+    __slots__ = ("_partial", "_source")
 
     def __init__(self, source: str = "upstream") -> None:
-        self._splitter = SseSplitter(source)
+        self._partial = b""
+        self._source = source
 
     def feed(self, chunk: bytes) -> list[ChatDelta | StreamEnd]:
+        data = self._partial + chunk if self._partial else chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_LINE:
+            raise UpstreamProtocolError(f"upstream {self._source} sent an SSE line over {MAX_LINE} bytes")
         out: list[ChatDelta | StreamEnd] = []
-        for event in self._splitter.feed(chunk):
-            data = event.data.strip()
-            if not data:
-                continue
-            if data == DONE:
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, `event:` lines
+            payload = line[5:].strip()
+            if payload == DONE:
                 out.append(StreamEnd())
                 continue
             try:
-                parsed = orjson.loads(data)
+                parsed = orjson.loads(payload)
             except orjson.JSONDecodeError:
-                out.append(StreamEnd(f"an SSE event that is not JSON: {data[:80]!r}", "upstream_bad_stream"))
+                out.append(StreamEnd(f"an SSE event that is not JSON: {payload[:80]!r}", "upstream_bad_stream"))
                 continue
-            if not isinstance(parsed, dict):
+            if type(parsed) is not dict:
                 continue
-            if parsed.get("error") is not None:
-                error = parsed["error"]
-                message = error.get("message", error) if isinstance(error, dict) else error
-                code = error.get("code") if isinstance(error, dict) else None
+            error = parsed.get("error")
+            if error is not None:
+                message = error.get("message", error) if type(error) is dict else error
+                code = error.get("code") if type(error) is dict else None
                 out.append(StreamEnd(str(message), str(code) if code else "upstream_error"))
                 continue
             out.append(chunk_delta(parsed))
