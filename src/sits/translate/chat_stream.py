@@ -1,7 +1,9 @@
 """Reading a chat-completions SSE stream event by event, for the surfaces that translate it.
 
-`ChatStreamReader.feed(bytes)` yields `ChatDelta`s as the events complete; `[DONE]` and an in-band
-error event are reported as such, so a surface can end its own stream the right way.
+`ChatStreamReader.feed(bytes)` yields what the events say as they complete: a `str` for an event that
+is one more piece of text and nothing else (most of a stream's events: no object built for them),
+a `ChatDelta` for any other; `[DONE]` and an in-band error event are reported as `StreamEnd`, so a
+surface can end its own stream the right way.
 """
 
 from __future__ import annotations
@@ -87,13 +89,13 @@ class ChatStreamReader:
         self._partial = b""
         self._source = source
 
-    def feed(self, chunk: bytes) -> list[ChatDelta | StreamEnd]:
+    def feed(self, chunk: bytes) -> list[str | ChatDelta | StreamEnd]:
         data = self._partial + chunk if self._partial else chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
         if len(self._partial) > MAX_LINE:
             raise UpstreamProtocolError(f"upstream {self._source} sent an SSE line over {MAX_LINE} bytes")
-        out: list[ChatDelta | StreamEnd] = []
+        out: list[str | ChatDelta | StreamEnd] = []
         for line in lines:
             if not line.startswith(b"data:"):
                 continue  # blank separators, comments, `event:` lines
@@ -108,6 +110,17 @@ class ChatStreamReader:
                 continue
             if type(parsed) is not dict:
                 continue
+            choices = parsed.get("choices")
+            if type(choices) is list and len(choices) == 1 and "usage" not in parsed:  # the common event: text only
+                choice = choices[0]
+                delta = choice.get("delta") if type(choice) is dict else None
+                if type(delta) is dict and len(delta) == 1 and choice.get("finish_reason") is None \
+                        and choice.get("index", 0) == 0:
+                    text = delta.get("content")
+                    if type(text) is str:
+                        if text:
+                            out.append(text)
+                        continue
             error = parsed.get("error")
             if error is not None:
                 message = error.get("message", error) if type(error) is dict else error

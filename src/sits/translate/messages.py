@@ -271,7 +271,11 @@ class MessagesStream:
         for item in self._reader.feed(chunk):
             if self.ended:
                 break
-            if isinstance(item, StreamEnd):
+            if type(item) is str:
+                if self._open_kind != "text":
+                    self._open("text", {"type": "text", "text": ""}, out)
+                out.append(_DELTA % (self._block, b"text_delta", b"text", orjson.dumps(item)))
+            elif isinstance(item, StreamEnd):
                 out += self.finish() if item.error is None else self.fail(item.error, item.code or "api_error")
             else:
                 self._delta(item, out)

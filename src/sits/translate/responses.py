@@ -354,22 +354,27 @@ class ResponsesStream:
         for item in self._reader.feed(chunk):
             if self.ended:
                 break
-            if isinstance(item, StreamEnd):
+            if type(item) is str:
+                self._text_piece(item, out)
+            elif isinstance(item, StreamEnd):
                 out += self.finish() if item.error is None else self.fail(item.error, item.code or "upstream_error")
             else:
                 self._delta(item, out)
         return out
 
+    def _text_piece(self, text: str, out: list[bytes]) -> None:
+        if self._text is None:
+            self._open_message(out)
+        assert self._text is not None
+        self._text.append(text)
+        out.append(_TEXT_DELTA % (self._sequence, self._message_id, self._message_index, orjson.dumps(text)))
+        self._sequence += 1
+
     def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
         if delta.model and self._model == self._request["model"]:
             self._model = delta.model
         if delta.text:
-            if self._text is None:
-                self._open_message(out)
-            assert self._text is not None
-            self._text.append(delta.text)
-            out.append(_TEXT_DELTA % (self._sequence, self._message_id, self._message_index, orjson.dumps(delta.text)))
-            self._sequence += 1
+            self._text_piece(delta.text, out)
         for tool in delta.tools:
             call = self._calls.get(tool.index)
             if call is None:
