@@ -42,6 +42,7 @@ from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.openai_routes import OpenAIRoutes
+from sits.api.tenant_routes import TenantRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
 from sits.api.tokenizer_routes import TokenizerRoutes
@@ -92,6 +93,13 @@ from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
+from sits.tenants.config import TenantsConfig
+from sits.tenants.directory import LiveKeyDirectory
+from sits.tenants.key_lifecycle import KeyLifecycle
+from sits.tenants.key_secret import key_secret
+from sits.tenants.spend_log import SpendLog
+from sits.tenants.spend_store import SpendStore
+from sits.tenants.store import TenantStore
 from sits.understanding.factory import build_understander
 from sits.understanding.settings import UnderstandingConfig
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
@@ -266,6 +274,13 @@ class Gateway:
             registry=self.registry, breakers=self._breakers)  # runtime registrations and circuits replicate too
         cluster_routes = ClusterRoutes(self.cluster, admin_guard)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
+        # Teams, keys and the spend log (docs/tenants.md); nothing of it is built unless `tenants.enabled`.
+        self.tenants_config = _section(TenantsConfig, config.tenants, "tenants")
+        self.key_directory: LiveKeyDirectory | None = None  # the data plane's KeyDirectory
+        self.spend_log: SpendLog | None = None  # its SpendSink, and period_spend for budget counters
+        self.key_secret: bytes | None = None  # what presented keys are hashed under (hash_key)
+        tenant_parts, (tenant_routes, tenant_prefixes) = self._build_tenants(admin_guard) \
+            if self.tenants_config.enabled else ([], ({}, {}))
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         self.handler = Dispatcher(
@@ -294,9 +309,10 @@ class Gateway:
                 ("PUT", "/v1/telemetry/sampling"): telemetry_routes.set_sampling,
                 ("GET", "/v1/dashboard/state"): telemetry_routes.dashboard_state,
                 **({("GET", "/dashboard"): telemetry_routes.dashboard} if telemetry.dashboard else {}),
+                **tenant_routes,
             },
             prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
-                           ADAPTERS_PREFIX: adapter_routes.adapter_resource,
+                           ADAPTERS_PREFIX: adapter_routes.adapter_resource, **tenant_prefixes,
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
             before=self._authenticate if self._client_keys.enabled else None,
         )
@@ -331,6 +347,21 @@ class Gateway:
             self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
         if self._worker_share is not None:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
+        self._background.extend(tenant_parts)  # store (migrations), key directory, spend log (flushed on stop)
+
+    def _build_tenants(self, admin_guard: AdminGuard) -> tuple[list[Runnable], tuple[dict[Any, Any], dict[str, Any]]]:
+        """The tenant store, the live key directory and the spend log, and the admin routes over them."""
+        cfg, settings = self.tenants_config, self.settings
+        self.key_secret = key_secret(settings.secrets.get(cfg.key_secret_env), cfg.key_secret_env, cfg.database_url,
+                                     settings.data_dir)
+        self.tenant_store = store = TenantStore.open_url(cfg.database_url, settings.data_dir)
+        self.key_directory = directory = LiveKeyDirectory(store, cfg.refresh_s)
+        spend = SpendStore(store.db)
+        self.spend_log = spend_log = SpendLog(spend, cfg.spend_log)
+        lifecycle = KeyLifecycle(store, self.key_secret, time.time, on_change=directory.poke)
+        routes = TenantRoutes(store, lifecycle, spend, directory, admin_guard, cfg.rotation_overlap_s,
+                              on_change=directory.poke)
+        return [store, directory, spend_log], routes.route_table()
 
     # -- state the layers read ------------------------------------------------
 

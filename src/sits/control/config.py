@@ -206,6 +206,8 @@ class GatewayConfig(_Strict):
     # sits.pipeline.fusion.spec at startup, since the control layer does not import pipeline. See docs/workflows.md.
     workflows: dict[str, Any] = {}
     attachments: dict[str, Any] = {}
+    # Teams, keys and the spend log: validated by sits.tenants.config at startup (docs/tenants.md).
+    tenants: dict[str, Any] = {}
     control: ControlConfig = ControlConfig()
     cluster: ClusterConfig = ClusterConfig()  # replicas sharing aliases and state (docs/replication.md)
     telemetry: TelemetryConfig = TelemetryConfig()

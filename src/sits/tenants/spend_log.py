@@ -1,0 +1,155 @@
+"""The spend log: what each finished request cost, written off the hot path in batches.
+
+`record` appends to a bounded in-memory queue and returns (no I/O, no await; a full queue counts the
+row as dropped instead of blocking the request). A background task writes the queue in batches of
+`batch_rows` every `flush_interval_s`, sooner when a batch is full, and everything left on graceful
+stop. Rows leave the queue in the order they came (FIFO), each batch in one transaction.
+
+What a crash can lose (kill -9, power loss after the OS acknowledged nothing): only rows not yet in a
+committed batch, i.e. those recorded since the start of the last flush that committed: at most
+`flush_interval_s` of traffic plus one batch in flight when the database keeps up, and never more than
+`queue_rows`. Nothing is counted twice: a batch retried after an error whose commit state is unknown,
+or rows replayed after a restart, meet the unique `request_id` and are skipped, roll-ups included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Literal
+
+from sits.tenants.config import SpendLogConfig
+from sits.tenants.periods import SECONDS_PER_DAY, day_of, first_day
+from sits.tenants.records import Period, SpendRecord
+from sits.tenants.spend_store import SpendStore, spend_row
+
+log = logging.getLogger("sits.tenants")
+
+RETENTION_EVERY_S = 3600.0
+RETENTION_CHUNK_ROWS = 10_000
+RETENTION_MAX_CHUNKS = 100  # per run: a large backlog is worked off over several runs
+STOP_TIMEOUT_S = 30.0
+
+
+class SpendLog:
+    """A `SpendSink` (tenants/records.py) and a `Runnable` (runtime/runnable.py)."""
+
+    name = "sits-spend-log"
+
+    def __init__(self, store: SpendStore, config: SpendLogConfig, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._config = config
+        self._clock = clock
+        self._queue_rows = config.queue_rows
+        self._batch_rows = config.batch_rows
+        self._pending: deque[SpendRecord] = deque()
+        self._flush_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._next_retention = 0.0
+        self.written = 0  # rows committed (new ones; a replayed row is not counted again)
+        self.dropped = 0  # rows refused because the queue was full
+        self.failed_flushes = 0
+        self._dropped_logged = 0
+
+    # -- the hot path -----------------------------------------------------------
+
+    def record(self, spend: SpendRecord) -> None:
+        pending = self._pending
+        if len(pending) >= self._queue_rows:
+            self.dropped += 1
+            return
+        pending.append(spend)
+        if len(pending) == self._batch_rows:
+            self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # -- writing ----------------------------------------------------------------
+
+    async def flush(self) -> int:
+        """Write what is queued now, batch by batch; the rows committed. Stops at the first failed batch
+        (its rows go back to the front of the queue, for the next flush)."""
+        committed = 0
+        for _ in range(len(self._pending) // self._batch_rows + 1):
+            if not self._pending:
+                break
+            committed += await self._flush_batch()
+        return committed
+
+    async def _flush_batch(self) -> int:
+        async with self._flush_lock:
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(min(self._batch_rows, len(pending)))]
+            try:
+                fresh = await self._store.write([spend_row(s) for s in batch])
+            except BaseException:
+                self.failed_flushes += 1
+                room = self._queue_rows - len(pending)
+                self.dropped += max(0, len(batch) - room)
+                pending.extendleft(reversed(batch[:max(0, room)]))  # retried first; the oldest kept
+                raise
+            self.written += fresh
+            return len(batch)
+
+    async def period_spend(self, scope: Literal["key", "team"], ident: str, period: Period) -> float:
+        """USD spent by a key or team in the current period: the roll-ups plus rows still queued here
+        (what a budget counter starts from). Consistent: no batch commits while it reads."""
+        since = first_day(period, self._clock())
+        async with self._flush_lock:
+            stored = await self._store.period_total(scope, ident, since)
+            queued = sum(s.cost_usd for s in self._pending
+                         if (s.key_id if scope == "key" else s.team_id) == ident and day_of(s.at) >= since)
+        return stored + queued
+
+    async def purge_expired(self) -> int:
+        """Delete request rows older than `retention_days` (roll-ups stay); the rows deleted."""
+        days = self._config.retention_days
+        if days is None:
+            return 0
+        return await self._store.purge_before(self._clock() - days * SECONDS_PER_DAY, RETENTION_CHUNK_ROWS,
+                                              RETENTION_MAX_CHUNKS)
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        """Write everything still queued (graceful shutdown), then close the writer."""
+        task, self._task = self._task, None
+        if task is not None:
+            self._stopping = True
+            self._wake.set()
+            try:
+                await asyncio.wait_for(task, STOP_TIMEOUT_S)
+            except Exception:
+                log.exception("spend log: %d rows not written at shutdown", len(self._pending))
+        await self._store.close()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._config.flush_interval_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.flush()
+                if self._clock() >= self._next_retention:
+                    self._next_retention = self._clock() + RETENTION_EVERY_S
+                    await self.purge_expired()
+            except Exception:  # the database is away: rows wait in the queue (bounded) for the next tick
+                log.exception("spend log: flush failed, %d rows queued", len(self._pending))
+            if self.dropped != self._dropped_logged:
+                log.warning("spend log: %d rows dropped so far (queue full at %d rows)", self.dropped,
+                            self._queue_rows)
+                self._dropped_logged = self.dropped
+        await self.flush()
