@@ -358,9 +358,8 @@ class Gateway:
         self.key_directory = directory = LiveKeyDirectory(store, cfg.refresh_s)
         spend = SpendStore(store.db)
         self.spend_log = spend_log = SpendLog(spend, cfg.spend_log)
-        lifecycle = KeyLifecycle(store, self.key_secret, time.time, on_change=directory.poke)
-        routes = TenantRoutes(store, lifecycle, spend, directory, admin_guard, cfg.rotation_overlap_s,
-                              on_change=directory.poke)
+        routes = TenantRoutes(store, KeyLifecycle(store, self.key_secret, time.time), spend, directory, admin_guard,
+                              cfg.rotation_overlap_s)
         return [store, directory, spend_log], routes.route_table()
 
     # -- state the layers read ------------------------------------------------

@@ -98,7 +98,7 @@ async def test_rotation_overlap_and_revocation_as_the_directory_sees_them(databa
     store = await opened(database_url)
     clock = Clock()
     directory = LiveKeyDirectory(store, refresh_s=0.05)
-    keys = KeyLifecycle(store, SECRET, clock, on_change=directory.poke)
+    keys = KeyLifecycle(store, SECRET, clock)
     try:
         await store.create_team(TeamRecord("search", "Search"), clock())
         first = await keys.create(key())

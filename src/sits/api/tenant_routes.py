@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -49,8 +49,7 @@ DEFAULT_PAGE = 100
 
 class TenantRoutes:
     def __init__(self, store: TenantStore, lifecycle: KeyLifecycle, spend: SpendStore, directory: LiveKeyDirectory,
-                 guard: AdminGuard, default_overlap_s: float, clock: Callable[[], float] = time.time,
-                 on_change: Callable[[], None] = lambda: None) -> None:
+                 guard: AdminGuard, default_overlap_s: float, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._keys = lifecycle
         self._spend = spend
@@ -58,7 +57,6 @@ class TenantRoutes:
         self._guard = guard
         self._default_overlap_s = default_overlap_s
         self._clock = clock
-        self._on_change = on_change
 
     def route_table(self) -> tuple[dict[tuple[str, str], Any], dict[str, Any]]:
         """(exact routes, prefix routes) for app.py's dispatcher."""
@@ -75,7 +73,7 @@ class TenantRoutes:
                           organisation=body.organisation, limits=body.limits.record(),
                           budget=body.budget.record() if body.budget else None, metadata=codec.pairs_of(body.metadata))
         entry = await self._store.create_team(team, self._clock())
-        self._on_change()
+        await self._directory.catch_up()
         return _json(201, team_json(entry))
 
     async def list_teams(self, request: HttpRequest, request_id: str) -> HttpResponse:
@@ -98,11 +96,11 @@ class TenantRoutes:
         if request.method == "PATCH":
             changes = parse_body(TeamUpdate, request.body).changes()
             entry = await self._store.update_team(team_id, changes, self._clock())
-            self._on_change()
+            await self._directory.catch_up()
             return _json(200, team_json(entry))
         if request.method == "DELETE":
             await self._store.delete_team(team_id)
-            self._on_change()
+            await self._directory.catch_up()
             return _json(200, {"deleted": team_id})
         raise NotFound(f"no team route for {request.method} {request.path}")
 
@@ -121,7 +119,9 @@ class TenantRoutes:
                         model_limits=tuple((p, limits.record()) for p, limits in body.model_limits.items()),
                         budget=body.budget.record() if body.budget else None, expires_at=expires_at,
                         metadata=codec.pairs_of(body.metadata))
-        return _json(201, _issued_json(await self._keys.create(key), now))
+        issued = await self._keys.create(key)
+        await self._directory.catch_up()
+        return _json(201, _issued_json(issued, now))
 
     async def list_keys(self, request: HttpRequest, request_id: str) -> HttpResponse:
         self._guard.check(request)
@@ -144,16 +144,20 @@ class TenantRoutes:
             changes = parse_body(KeyUpdate, request.body).changes()
             _check_future(changes.get("expires_at"), now)
             entry = await self._store.update_key(key_id, changes, now)
-            self._on_change()
+            await self._directory.catch_up()
             return _json(200, key_json(entry, now))
         if action == "rotate" and method == "POST":
             body = parse_body(KeyRotation, request.body) if request.body else KeyRotation()
             overlap = self._default_overlap_s if body.overlap_s is None else body.overlap_s
-            return _json(200, _issued_json(await self._keys.rotate(key_id, overlap), now))
+            issued = await self._keys.rotate(key_id, overlap)
+            await self._directory.catch_up()
+            return _json(200, _issued_json(issued, now))
         if action == "revoke" and method == "POST":
             if request.body:
                 parse_body(KeyRevocation, request.body)
-            return _json(200, key_json(await self._keys.revoke(key_id), now))
+            entry = await self._keys.revoke(key_id)
+            await self._directory.catch_up()
+            return _json(200, key_json(entry, now))
         raise NotFound(f"no key route for {method} {request.path}")
 
     # -- spend ------------------------------------------------------------------

@@ -4,7 +4,7 @@ Lookups are one dict read (`by_hash`); nothing touches the database on a request
 reads the store's version every `refresh_s` and, only when it moved, loads a snapshot and swaps both
 dicts whole (readers see the old or the new, never a mix). The bound this gives: a key revoked or changed
 through any replica stops working (or changes) on every replica within `refresh_s` plus one snapshot
-load after the change commits; on the replica that made the change, at once (`poke`). Time-based ends
+load after the change commits; on the replica that made the change, before its answer (`catch_up`). Time-based ends
 (`expires_at`, a rotated secret's `valid_until`) are exact: the gate checks `KeyRecord.usable_at(now)`.
 """
 
@@ -54,8 +54,17 @@ class LiveKeyDirectory:
         return True
 
     def poke(self) -> None:
-        """Refresh now (this replica just wrote to the store)."""
+        """Refresh soon, in the background."""
         self._poked.set()
+
+    async def catch_up(self) -> None:
+        """Refresh now (this replica just wrote to the store): its next request sees the change. A failure
+        is logged, not raised: the change is committed, and the background refresh retries."""
+        try:
+            await self.refresh()
+        except Exception:
+            log.exception("key directory refresh failed; retrying in the background")
+            self.poke()
 
     async def start(self) -> None:
         await self.refresh()  # the first request already sees every key

@@ -35,12 +35,10 @@ def new_key_id() -> str:
 
 
 class KeyLifecycle:
-    def __init__(self, store: TenantStore, key_secret: bytes, clock: Callable[[], float],
-                 on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, store: TenantStore, key_secret: bytes, clock: Callable[[], float]) -> None:
         self._store = store
         self._key_secret = key_secret
         self._clock = clock
-        self._on_change = on_change  # this replica's directory refreshes at once; others within refresh_s
 
     def hash(self, secret: str) -> bytes:
         return hash_key(secret, self._key_secret)
@@ -50,17 +48,14 @@ class KeyLifecycle:
         secret = new_secret()
         record = dataclasses.replace(key, key_id=key.key_id or new_key_id(), key_hash=self.hash(secret))
         entry = await self._store.create_key(record, self._clock())
-        self._on_change()
         return IssuedKey(entry, secret)
 
     async def rotate(self, key_id: str, overlap_s: float) -> IssuedKey:
         secret = new_secret()
         now = self._clock()
         entry = await self._store.rotate_key(key_id, self.hash(secret), now + overlap_s, now)
-        self._on_change()
         return IssuedKey(entry, secret)
 
     async def revoke(self, key_id: str) -> KeyEntry:
         entry = await self._store.revoke_key(key_id, self._clock())
-        self._on_change()
         return entry
