@@ -13,9 +13,7 @@ import random
 import socket
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from sits.api.attachments import FileRoutes
 from sits.api.adapter_routes import COLLECTION as ADAPTERS
@@ -42,7 +40,7 @@ from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.openai_routes import OpenAIRoutes
-from sits.api.tenant_routes import TenantRoutes
+from sits.api.tenant_routes import RouteTables, TenantRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
 from sits.api.tokenizer_routes import TokenizerRoutes
@@ -57,7 +55,7 @@ from sits.control.adapters.registry import AdapterRegistry
 from sits.control.adapters.store import AdapterStore
 from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
-from sits.control.config import GatewayConfig, config_error
+from sits.configuration.gateway import GatewayConfig
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.kv_migration import KvMigrator
@@ -74,11 +72,10 @@ from sits.pipeline.scheduling_hints import AdapterHooks, SchedulingHints
 from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.pipeline.fusion.documents import DocumentParser
 from sits.pipeline.fusion.runner import WorkflowRunner
-from sits.pipeline.fusion.spec import AttachmentLimits, WorkflowsConfig
 from sits.pipeline.fusion.uploads import UploadStore
 from sits.pipeline.fusion.workflow_config import check_workflows
 from sits.scheduling.metrics import SchedulingMetrics
-from sits.scheduling.policy import RoutingPolicy, build_scheduler
+from sits.scheduling.policy import build_scheduler
 from sits.settings import Settings
 from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.endpoint_health import HealthBoard, HealthPolicy
@@ -93,7 +90,6 @@ from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
-from sits.tenants.config import TenantsConfig
 from sits.tenants.directory import LiveKeyDirectory
 from sits.tenants.key_lifecycle import KeyLifecycle
 from sits.tenants.key_secret import key_secret
@@ -101,7 +97,6 @@ from sits.tenants.spend_log import SpendLog
 from sits.tenants.spend_store import SpendStore
 from sits.tenants.store import TenantStore
 from sits.understanding.factory import build_understander
-from sits.understanding.settings import UnderstandingConfig
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
 
@@ -114,16 +109,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 REGISTRY_SYNC_S = 0.5
 DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files"})
-
-
-def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
-    """The `routing:` section, checked here because the config loader does not import scheduling."""
-    return _section(RoutingPolicy, raw, "routing")
-
-
-def understanding_config(raw: dict[str, Any]) -> UnderstandingConfig:
-    """The `understanding:` section; off unless it says `enabled: true`."""
-    return _section(UnderstandingConfig, {"enabled": False, **raw}, "understanding")
 
 
 def replica_id(base: str, settings: Settings) -> str:
@@ -146,13 +131,6 @@ def tracing_settings(settings: Settings, config: GatewayConfig) -> TracingSettin
                            service_name=t.service_name)
 
 
-def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
-    try:
-        return schema.model_validate(raw)
-    except ValidationError as exc:
-        raise config_error(exc, name) from None
-
-
 class Gateway:
     def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None) -> None:
         self.settings = settings
@@ -170,8 +148,8 @@ class Gateway:
         # llama.cpp KV caches moved off a draining endpoint (automatic only with kv_migration.enabled)
         kv = config.kv_migration
         self.kv_migrator = KvMigrator(LlamaCppSlots(self._pool, self._guarded_pool, kv.timeout_s), kv, self._clock)
-        policy = routing_policy(config.routing)
-        self._understanding = understanding_config(config.understanding)
+        policy = config.routing
+        self._understanding = config.understanding
         # Built (embedding model loaded) in start(); the director holds this slot until then.
         self._understander: RequestUnderstander | None = None
         self._stats = StatsStore(refresh_interval_s=policy.stats_refresh_s,
@@ -219,13 +197,6 @@ class Gateway:
             self.tokenizers.load, discover_sources(settings.data_dir / "tokenizers")))
         hints = SchedulingHints(AdapterHooks(self.adapters.resolve, self.adapters.loaded_on, self.adapters.registered),
                                 self.tokenizers, self.routing_table)
-        self._director = director = Director(
-            self.routing_table, self._scheduler, backend, self._stats, self._health,
-            self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
-                                                          resilience.min_retries_per_window)),
-            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
-            lambda: self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics, hints=hints,
-        )
         observer = RequestObserver(self.metrics, self.tracing, decisions, telemetry.logs, self.routing_table,
                                    clock=self._clock)
         # With --workers N the run's workers share one folder: /metrics and the dashboard of any worker answer
@@ -233,16 +204,24 @@ class Gateway:
         self._worker_share = WorkerShare(settings.worker_share_dir, settings.worker_index) \
             if settings.worker_share_dir is not None and settings.worker_index is not None else None
         share_folder = self._worker_share.folder if self._worker_share is not None else None
-        # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
-        limits = _section(AttachmentLimits, config.attachments, "attachments")
-        workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
+        # Fusion workflows and attachments (docs/workflows.md): the director builds the runner with itself,
+        # since every step is a request it routes.
+        limits, workflows = config.attachments, config.workflows.root
         uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time,
                                          share_folder / "uploads" if share_folder is not None else None), \
             DocumentParser(limits.max_pages)
-        director.attach_workflows(WorkflowRunner(
-            workflows, check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
-                                       self._understanding),
-            director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
+        workflow_models = check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
+                                          self._understanding)
+        self._director = director = Director(
+            self.routing_table, self._scheduler, backend, self._stats, self._health,
+            self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
+                                                          resilience.min_retries_per_window)),
+            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s),
+            self._answers, self.admission, lambda: self._understander, self._clock, random.Random(rng_seed),
+            metrics=self.metrics, hints=hints,
+            workflows=lambda steps: WorkflowRunner(workflows, workflow_models, steps, self.routing_table, documents,
+                                                   uploads, limits, self._clock, time.time, default_calibration()),
+        )
         files = FileRoutes(uploads, documents, limits)
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
                                      admission=self.admission, resume_streams=resilience.resume_streams)
@@ -275,7 +254,7 @@ class Gateway:
         cluster_routes = ClusterRoutes(self.cluster, admin_guard)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
         # Teams, keys and the spend log (docs/tenants.md); nothing of it is built unless `tenants.enabled`.
-        self.tenants_config = _section(TenantsConfig, config.tenants, "tenants")
+        self.tenants_config = config.tenants
         self.key_directory: LiveKeyDirectory | None = None  # the data plane's KeyDirectory
         self.spend_log: SpendLog | None = None  # its SpendSink, and period_spend for budget counters
         self.key_secret: bytes | None = None  # what presented keys are hashed under (hash_key)
@@ -330,9 +309,9 @@ class Gateway:
 
             self.epp = EppServer(EndpointPicker(
                 self.routing_table, PoolPlanner(self._scheduler, self._stats, self._health, self._breakers,
-                                                self.admission, random.Random(rng_seed), lambda: hints),
+                                                self.admission, random.Random(rng_seed), hints),
                 self.admission, self._client_keys, self._stats, self._clock, lambda: self._understander,
-                lambda: hints, self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
+                hints, self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
                 config.server.epp_port, self.readiness)
         # HTTP/2: h2c and HTTPS with ALPN (docs/grpc.md), the same handler behind more listeners.
         self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,
@@ -349,7 +328,7 @@ class Gateway:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
         self._background.extend(tenant_parts)  # store (migrations), key directory, spend log (flushed on stop)
 
-    def _build_tenants(self, admin_guard: AdminGuard) -> tuple[list[Runnable], tuple[dict[Any, Any], dict[str, Any]]]:
+    def _build_tenants(self, admin_guard: AdminGuard) -> tuple[list[Runnable], RouteTables]:
         """The tenant store, the live key directory and the spend log, and the admin routes over them."""
         cfg, settings = self.tenants_config, self.settings
         self.key_secret = key_secret(settings.secrets.get(cfg.key_secret_env), cfg.key_secret_env, cfg.database_url,
@@ -407,7 +386,7 @@ class Gateway:
             # Loads the embedding model (seconds) once, off the event loop, before any request.
             self._understander = await asyncio.to_thread(build_understander, self._understanding)
             await self._understander.start()
-        await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
+        await self.registry.load(records_from_config(self.config.models, dict(local_urls)), self.config.all_aliases())
         await self.cluster.start()
         for part in self._background:  # stopped in the reverse order, after the drain (stop())
             await part.start()
@@ -499,7 +478,7 @@ class Gateway:
         self._answers.attach(build_semantic_cache(cfg, embedder, self._clock))
 
     async def _start_local_models(self) -> Mapping[str, str]:
-        specs = local_model_specs(self.config)
+        specs = local_model_specs(self.config.models)
         if not specs:
             return {}
         self._local = LocalWorkerPool()

@@ -14,11 +14,11 @@ import aiohttp
 import pytest
 
 from sits.app import Gateway
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.settings import Settings
 from sits.tenants.records import SpendRecord, Usage, hash_key
 from tests.conftest import base_url, one_model_config
-from tests.tenants.databases import database_url, pg_database  # noqa: F401  (fixtures)
+from tests.tenants.databases import database_url_fixture, pg_database_fixture  # noqa: F401  (fixtures)
 
 ADMIN_KEY = "admin-secret"
 SECRETS = {"SITS_ADMIN_KEY": ADMIN_KEY, "SITS_KEY_SECRET": "tenant-hash-secret"}
@@ -46,7 +46,7 @@ def spend(i: int, key_id: str, team_id: str, cost: float, model: str = "m1") -> 
                        endpoint="e1", usage=Usage(10, 0, 5, 0), cost_usd=cost, latency_ms=5.0, status=200)
 
 
-async def test_key_lifecycle_create_rotate_revoke_expire(upstream, start_gateway, database_url):  # noqa: F811
+async def test_key_lifecycle_create_rotate_revoke_expire(upstream, start_gateway, database_url):
     gateway = await start_gateway(tenant_config(upstream.url, database_url=database_url), secrets=SECRETS)
     status, team = await call(gateway, "POST", "/v1/teams", {"team_id": "search", "name": "Search",
                                                              "budget": {"period": "monthly", "hard_usd": 50}})

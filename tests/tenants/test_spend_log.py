@@ -19,7 +19,7 @@ from sits.tenants.records import SpendRecord, Usage
 from sits.tenants.spend_log import SpendLog
 from sits.tenants.spend_store import SpendStore
 from sits.tenants.store import TenantStore, open_database
-from tests.tenants.databases import database_url, pg_database  # noqa: F401  (fixtures)
+from tests.tenants.databases import database_url_fixture, pg_database_fixture  # noqa: F401  (fixtures)
 from tests.tenants.spend_child import spend as child_spend
 
 NOW = 1_800_000_000.0  # 2027-01-15, a Friday
@@ -34,7 +34,7 @@ def spend(i: int, *, key: str = "key_a", team: str = "team_a", model: str = "m1"
 
 
 @pytest.fixture
-async def spend_store(database_url):  # noqa: F811
+async def spend_store(database_url):
     store = TenantStore(open_database(database_url))
     await store.start()
     yield SpendStore(store.db)
@@ -184,7 +184,7 @@ async def _lines(stream: asyncio.StreamReader, until: int, seen: dict[str, int])
         seen["commits"] += word == "committed"
 
 
-async def test_kill_9_loses_only_rows_after_the_last_commit_and_a_restart_counts_nothing_twice(database_url):  # noqa: F811
+async def test_kill_9_loses_only_rows_after_the_last_commit_and_a_restart_counts_nothing_twice(database_url):
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.tenants.spend_child", database_url, cwd=REPO,
         env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}, stdout=asyncio.subprocess.PIPE)

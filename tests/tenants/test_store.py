@@ -14,7 +14,7 @@ from sits.tenants.key_lifecycle import SECRET_PREFIX, KeyLifecycle
 from sits.tenants.migrations import MIGRATIONS
 from sits.tenants.records import Budget, KeyRecord, Limits, TeamRecord
 from sits.tenants.store import TenantStore, open_database
-from tests.tenants.databases import database_url, pg_database  # noqa: F401  (fixtures)
+from tests.tenants.databases import database_url_fixture, pg_database_fixture  # noqa: F401  (fixtures)
 
 SECRET = b"test-key-secret"
 

@@ -13,7 +13,7 @@ from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
-from sits.telemetry.tracing import RequestTrace
+from sits.telemetry.tracing import Trace
 
 
 class RequestIntake:
@@ -35,7 +35,7 @@ class RequestIntake:
     @staticmethod
     def routing(api: str, schema: BodySchema[Any], body: dict[str, Any], stream: bool, request: HttpRequest,
                 request_id: str, prompt_text: str, priority: int, scope: str,
-                trace: RequestTrace | None) -> RoutingRequest:
+                trace: Trace) -> RoutingRequest:
         """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed."""
         # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
         return RoutingRequest(api, body["model"], stream, request_id, prompt_text, priority, None, scope, trace,

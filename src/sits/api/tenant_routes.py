@@ -19,13 +19,14 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
 
 from sits.api.auth import AdminGuard, bearer_token
+from sits.api.dispatch import Route
 from sits.api.http_types import HttpRequest, HttpResponse
 from sits.api.schemas import parse_body
 from sits.api.tenant_schemas import KeyCreate, KeyRevocation, KeyRotation, KeyUpdate, TeamCreate, TeamUpdate
@@ -45,6 +46,7 @@ KEYS_PREFIX = "/v1/keys/"
 SPEND = "/v1/spend"
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
+RouteTables = tuple[dict[tuple[str, str], Route], dict[str, Route]]  # (exact routes, prefix routes)
 
 
 class TenantRoutes:
@@ -58,7 +60,7 @@ class TenantRoutes:
         self._default_overlap_s = default_overlap_s
         self._clock = clock
 
-    def route_table(self) -> tuple[dict[tuple[str, str], Any], dict[str, Any]]:
+    def route_table(self) -> RouteTables:
         """(exact routes, prefix routes) for app.py's dispatcher."""
         return ({("POST", TEAMS): self.create_team, ("GET", TEAMS): self.list_teams,
                  ("POST", KEYS): self.create_key, ("GET", KEYS): self.list_keys, ("GET", SPEND): self.spend},

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sits import __version__
 from sits.cli.cluster import add_cluster_commands
-from sits.control.config import GatewayConfig, load_config, with_server
-from sits.control.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
+from sits.configuration.gateway import GatewayConfig, load_config, with_server
+from sits.configuration.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
 from sits.cli.models import add_models_commands
 from sits.cli.tenants import add_tenant_commands
