@@ -250,6 +250,7 @@ async def test_graceful_stop_flushes_the_spend_log(upstream, tmp_path):
     again = Gateway(settings, config)  # the same data dir: the embedded SQLite store
     await again.start()
     try:
-        assert await again.spend_log.period_spend("team", "team_x", "total") == pytest.approx(4.0)
+        assert await again.spend_log.period_spend_exact("team", "team_x", "total") == pytest.approx(4.0)
+        assert again.spend_log.period_spend("team", "team_x", "total") == pytest.approx(4.0)  # loaded at start
     finally:
         await again.stop()

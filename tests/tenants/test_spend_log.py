@@ -129,19 +129,43 @@ async def test_a_failed_batch_goes_back_to_the_front_of_the_queue(spend_store):
 
 async def test_period_spend_sums_roll_ups_and_rows_still_queued(spend_store):
     log = SpendLog(spend_store, SpendLogConfig(), clock=lambda: NOW)
+    other = SpendLog(spend_store, SpendLogConfig(), clock=lambda: NOW)  # another replica on the same database
     day = 86_400
+    other.record(spend(0, at=NOW, cost=32.0))
+    await other.flush()
+    await log.reload_totals()  # what a start does
     log.record(spend(1, at=NOW, cost=1.0))
     log.record(spend(2, at=NOW - 2 * day, cost=2.0))  # Wednesday: this week, this month
     log.record(spend(3, at=NOW - 20 * day, cost=4.0))  # last month
     log.record(spend(4, at=NOW, cost=8.0, key="key_b", team="team_b"))
     await log.flush()
     log.record(spend(5, at=NOW, cost=16.0))  # queued, not yet written
-    assert await log.period_spend("key", "key_a", "daily") == 17.0
-    assert await log.period_spend("key", "key_a", "weekly") == 19.0
-    assert await log.period_spend("key", "key_a", "monthly") == 19.0
-    assert await log.period_spend("key", "key_a", "total") == 23.0
-    assert await log.period_spend("team", "team_b", "daily") == 8.0
-    assert await log.period_spend("team", "nobody", "total") == 0.0
+    expected = {("key", "key_a", "daily"): 49.0, ("key", "key_a", "weekly"): 51.0,
+                ("key", "key_a", "monthly"): 51.0, ("key", "key_a", "total"): 55.0,
+                ("team", "team_b", "daily"): 8.0, ("team", "nobody", "total"): 0.0}
+    for (scope, ident, period), usd in expected.items():
+        assert await log.period_spend_exact(scope, ident, period) == usd, (scope, ident, period)
+        assert log.period_spend(scope, ident, period) == usd, (scope, ident, period)  # in memory, no I/O
+    other.record(spend(6, at=NOW, cost=64.0))
+    await other.flush()
+    assert log.period_spend("key", "key_a", "daily") == 49.0  # another replica's rows: at the next reload
+    await log.reload_totals()
+    assert log.period_spend("key", "key_a", "daily") == 113.0
+
+
+async def test_period_totals_start_again_when_the_period_rolls_over(spend_store):
+    now = [NOW]
+    log = SpendLog(spend_store, SpendLogConfig(), clock=lambda: now[0])
+    await log.reload_totals()
+    log.record(spend(1, at=NOW, cost=1.0))
+    await log.flush()
+    assert log.period_spend("key", "key_a", "daily") == 1.0
+    now[0] = NOW + 86_400  # the next day (a Saturday: same week)
+    assert log.period_spend("key", "key_a", "daily") == 0.0
+    assert log.period_spend("key", "key_a", "weekly") == 1.0
+    log.record(spend(2, at=now[0], cost=2.0))
+    await log.flush()
+    assert (log.period_spend("key", "key_a", "daily"), log.period_spend("key", "key_a", "weekly")) == (2.0, 3.0)
 
 
 async def test_retention_deletes_old_request_rows_in_chunks_and_keeps_roll_ups(spend_store):

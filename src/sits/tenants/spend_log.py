@@ -25,10 +25,12 @@ from sits.tenants.config import SpendLogConfig
 from sits.tenants.periods import SECONDS_PER_DAY, day_of, first_day
 from sits.tenants.records import Period, SpendRecord
 from sits.tenants.spend_store import SpendStore, spend_row
+from sits.tenants.spend_totals import PERIODS, SpendTotals
 
 log = logging.getLogger("sits.tenants")
 
 RETENTION_EVERY_S = 3600.0
+TOTALS_RELOAD_S = 60.0  # what other replicas committed reaches this replica's period totals within this
 RETENTION_CHUNK_ROWS = 10_000
 RETENTION_MAX_CHUNKS = 100  # per run: a large backlog is worked off over several runs
 STOP_TIMEOUT_S = 30.0
@@ -51,6 +53,8 @@ class SpendLog:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._next_retention = 0.0
+        self._totals = SpendTotals()
+        self._next_reload = 0.0
         self.written = 0  # rows committed (new ones; a replayed row is not counted again)
         self.dropped = 0  # rows refused because the queue was full
         self.failed_flushes = 0
@@ -96,16 +100,35 @@ class SpendLog:
                 pending.extendleft(reversed(batch[:max(0, room)]))  # retried first; the oldest kept
                 raise
             self.written += fresh
+            self._totals.add(batch, self._clock())
             return len(batch)
 
-    async def period_spend(self, scope: Literal["key", "team"], ident: str, period: Period) -> float:
-        """USD spent by a key or team in the current period: the roll-ups plus rows still queued here
-        (what a budget counter starts from). Consistent: no batch commits while it reads."""
+    def period_spend(self, scope: Literal["key", "team"], ident: str, period: Period) -> float:
+        """USD spent by a key or team in the current period, without I/O (what a budget counter starts
+        from, on the request path): the period totals in memory plus rows still queued here."""
+        now = self._clock()
+        since = first_day(period, now)
+        return self._totals.get(scope, ident, period, now) + self._queued(scope, ident, since)
+
+    def _queued(self, scope: str, ident: str, since: int) -> float:
+        return sum(s.cost_usd for s in self._pending
+                   if (s.key_id if scope == "key" else s.team_id) == ident and day_of(s.at) >= since)
+
+    async def reload_totals(self) -> None:
+        """The period totals from the roll-ups (which include other replicas' rows); no batch commits meanwhile."""
+        now = self._clock()
+        firsts = {period: first_day(period, now) for period in PERIODS}
+        async with self._flush_lock:
+            self._totals.replace(firsts, await self._store.period_totals(firsts))  # type: ignore[arg-type]
+        self._next_reload = now + TOTALS_RELOAD_S
+
+    async def period_spend_exact(self, scope: Literal["key", "team"], ident: str, period: Period) -> float:
+        """`period_spend` read from the database now: the roll-ups plus rows still queued here.
+        Consistent: no batch commits while it reads."""
         since = first_day(period, self._clock())
         async with self._flush_lock:
             stored = await self._store.period_total(scope, ident, since)
-            queued = sum(s.cost_usd for s in self._pending
-                         if (s.key_id if scope == "key" else s.team_id) == ident and day_of(s.at) >= since)
+            queued = self._queued(scope, ident, since)
         return stored + queued
 
     async def purge_expired(self) -> int:
@@ -120,6 +143,7 @@ class SpendLog:
 
     async def start(self) -> None:
         self._stopping = False
+        await self.reload_totals()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
@@ -143,6 +167,8 @@ class SpendLog:
             self._wake.clear()
             try:
                 await self.flush()
+                if self._clock() >= self._next_reload:
+                    await self.reload_totals()
                 if self._clock() >= self._next_retention:
                     self._next_retention = self._clock() + RETENTION_EVERY_S
                     await self.purge_expired()

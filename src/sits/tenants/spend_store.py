@@ -140,6 +140,17 @@ class SpendStore:
             f"SELECT coalesce(sum(cost_usd), 0) FROM spend_daily WHERE {column} = $1 AND day >= $2", ident, from_day)
         return float(rows[0][0])
 
+    async def period_totals(self, first_days: dict[str, int]) -> dict[tuple[str, str, str], float]:
+        """(scope, id, period) -> USD from the roll-ups, for every key and team, for each period's first day."""
+        totals: dict[tuple[str, str, str], float] = {}
+        for period, first in first_days.items():
+            for scope, column in (("key", "key_id"), ("team", "team_id")):
+                for ident, usd in await self.db.fetch(
+                        f"SELECT {column}, sum(cost_usd) FROM spend_daily WHERE day >= $1 AND {column} <> '' "
+                        f"GROUP BY {column}", first):
+                    totals[(scope, ident, period)] = float(usd)
+        return totals
+
     async def purge_before(self, cutoff_s: float, chunk_rows: int, max_chunks: int) -> int:
         """Delete request rows older than `cutoff_s`, `chunk_rows` per transaction (locks stay short), at
         most `max_chunks` chunks per call; roll-ups are kept. The rows deleted."""
