@@ -209,7 +209,7 @@ async def sits(gateway: Gateway, *args: str, key: str = ADMIN_KEY) -> tuple[int,
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-async def test_cli_teams_keys_and_spend(upstream, start_gateway):
+async def test_cli_teams_keys_and_spend_create_rotate_revoke_expire(upstream, start_gateway):
     gateway = await start_gateway(tenant_config(upstream.url), secrets=SECRETS)
     code, out, err = await sits(gateway, "teams", "create", "--name", "Search", "--id", "search", "--rpm", "100",
                                 "--budget-usd", "20", "--period", "weekly")
@@ -231,6 +231,11 @@ async def test_cli_teams_keys_and_spend(upstream, start_gateway):
     assert [(r["key"], r["cost_usd"]) for r in json.loads(out)] == [(created["key_id"], 1.25)]
     code, out, err = await sits(gateway, "keys", "revoke", created["key_id"])
     assert code == 0 and json.loads(out)["status"] == "revoked"
+    code, out, err = await sits(gateway, "keys", "create", "--team", "search", "--name", "brief", "--expires-in-s", "0.5")
+    brief = json.loads(out)
+    await asyncio.sleep(max(0.0, brief["expires_at"] - time.time()) + 0.05)
+    code, out, err = await sits(gateway, "keys", "show", brief["key_id"])
+    assert code == 0 and json.loads(out)["status"] == "expired" and "key" not in json.loads(out)
     code, out, err = await sits(gateway, "keys", "list", "--team", "search")
     assert code == 0 and created["key_id"] in out and "revoked" in out
     code, out, err = await sits(gateway, "spend", "--group-by", "team")

@@ -167,6 +167,8 @@ class SpendLog:
             self._wake.clear()
             try:
                 await self.flush()
+                if len(self._pending) >= self._batch_rows:
+                    self._wake.set()  # a full batch came in meanwhile: write it without waiting a tick
                 if self._clock() >= self._next_reload:
                     await self.reload_totals()
                 if self._clock() >= self._next_retention:

@@ -31,20 +31,21 @@ class SpendTotals:
 
     def add(self, batch: Iterable[SpendRecord], now: float) -> None:
         """A batch just committed."""
-        starts = [(period, self._current(period, now)) for period in PERIODS]
-        usd = self._usd
+        by_day: dict[tuple[Scope, str, int], float] = {}  # summed first: a batch repeats few keys and teams
         for spend in batch:
-            if not spend.cost_usd:
-                continue
-            day = day_of(spend.at)
-            for period, start in starts:
-                if day < start:
-                    continue
+            if spend.cost_usd:
+                day = day_of(spend.at)
                 if spend.key_id is not None:
-                    usd[("key", spend.key_id, period)] = usd.get(("key", spend.key_id, period), 0.0) + spend.cost_usd
+                    by_day[("key", spend.key_id, day)] = by_day.get(("key", spend.key_id, day), 0.0) + spend.cost_usd
                 if spend.team_id is not None:
-                    usd[("team", spend.team_id, period)] = usd.get(("team", spend.team_id, period), 0.0) + \
+                    by_day[("team", spend.team_id, day)] = by_day.get(("team", spend.team_id, day), 0.0) + \
                         spend.cost_usd
+        for period in PERIODS:
+            start = self._current(period, now)
+            usd = self._usd
+            for (scope, ident, day), cost in by_day.items():
+                if day >= start:
+                    usd[(scope, ident, period)] = usd.get((scope, ident, period), 0.0) + cost
 
     def get(self, scope: Scope, ident: str, period: Period, now: float) -> float:
         if self._first.get(period) != first_day(period, now):
