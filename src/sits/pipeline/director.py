@@ -73,7 +73,7 @@ class Director:
     ) -> None:
         self._metrics = metrics
         self._health = health
-        self._answers = answers
+        self._answers = self.answers = answers  # the doors read whether it is open (a cache scope per key)
         self._admission = admission
         self._understander = understander
         self._breakers = breakers
@@ -187,10 +187,6 @@ class Director:
     def workflows(self) -> list[tuple[str, str]]:
         """(model name, description) of the configured workflows."""
         return self._workflows.catalogue() if self._workflows is not None else []
-
-    @property
-    def caching(self) -> bool:
-        return self._answers.enabled
 
     def remember(self, exchange: Exchange, completion: CachedCompletion | None) -> None:
         """A complete, good answer: keep it for the cache steps."""

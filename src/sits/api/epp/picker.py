@@ -94,7 +94,7 @@ class EndpointPicker:
         prompt_text = schema.prompt_text(parsed)
         model_name: str = parsed["model"]
         token = bearer_token(request) if self._admission is not None else None
-        priority = self._admission.priority_of(headers.get("x-sits-priority"), token, model_name) \
+        priority = int(self._admission.rules.resolve(headers.get("x-sits-priority"), token, model_name)) \
             if self._admission is not None else 1
         routing = RequestIntake.routing(api_path, schema, parsed, parsed.get("stream") is True, request, request_id,
                                         prompt_text, priority, "anonymous", NO_TRACE)
