@@ -33,6 +33,7 @@ class LiveKeyDirectory:
         self.version = -1  # the store version the dicts reflect
         self._poked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._failing = False
 
     def by_hash(self, key_hash: bytes) -> KeyRecord | None:
         return self._by_hash.get(key_hash)
@@ -85,4 +86,11 @@ class LiveKeyDirectory:
             try:
                 await self.refresh()
             except Exception:  # a database that cannot be read now may be readable at the next tick
-                log.exception("key directory refresh failed; serving the keys loaded at version %d", self.version)
+                if not self._failing:  # once per outage, not every tick
+                    log.exception("key directory refresh failed; serving the keys loaded at version %d",
+                                  self.version)
+                self._failing = True
+            else:
+                if self._failing:
+                    log.info("key directory refresh works again (version %d)", self.version)
+                self._failing = False

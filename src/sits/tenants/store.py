@@ -9,6 +9,7 @@ Secrets never reach the store: a key is kept as the keyed hashes of the secrets 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,12 @@ class TenantStore:
         self.db = db
 
     async def start(self) -> None:
-        await self.migrate()
+        try:
+            await self.migrate()
+        except Exception as exc:
+            if isinstance(exc, (OSError, sqlite3.Error)) or type(exc).__module__.startswith("asyncpg"):
+                raise ConfigError(f"tenants: cannot open the tenant database: {exc}") from exc
+            raise
 
     async def stop(self) -> None:
         await self.close()
