@@ -96,6 +96,7 @@ from sits.tenants.key_secret import key_secret
 from sits.tenants.spend_log import SpendLog
 from sits.tenants.spend_store import SpendStore
 from sits.tenants.store import TenantStore
+from sits.tenants.store_metrics import TenantStoreMetrics
 from sits.understanding.factory import build_understander
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
@@ -339,6 +340,8 @@ class Gateway:
         self.spend_log = spend_log = SpendLog(spend, cfg.spend_log)
         routes = TenantRoutes(store, KeyLifecycle(store, self.key_secret, time.time), spend, directory, admin_guard,
                               cfg.rotation_overlap_s)
+        if isinstance(self.metrics, GatewayMetrics):
+            self.metrics.registry.register(TenantStoreMetrics(spend_log, directory))
         return [store, directory, spend_log], routes.route_table()
 
     # -- state the layers read ------------------------------------------------

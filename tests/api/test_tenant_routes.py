@@ -259,3 +259,33 @@ async def test_graceful_stop_flushes_the_spend_log(upstream, tmp_path):
         assert again.spend_log.period_spend("team", "team_x", "total") == pytest.approx(4.0)  # loaded at start
     finally:
         await again.stop()
+
+
+async def test_a_revocation_on_one_replica_reaches_another_within_its_refresh(upstream, start_gateway, tmp_path,
+                                                                             database_url):
+    """Two gateways on one database, as two replicas: a key revoked through one stops working on the other."""
+    config = tenant_config(upstream.url, database_url=database_url)
+    first = await start_gateway(config, secrets=SECRETS, data_dir=tmp_path / "first")
+    second = await start_gateway(config, secrets=SECRETS, data_dir=tmp_path / "second")
+    await call(first, "POST", "/v1/teams", {"team_id": "replicas", "name": "Replicas"})
+    key = (await call(first, "POST", "/v1/keys", {"name": "app", "team_id": "replicas"}))[1]
+
+    async def second_says() -> int:
+        return (await call(second, "GET", "/v1/spend", headers=bearer(key["key"])))[0]
+
+    async def until(status: int) -> int:
+        for _ in range(50):  # refresh_s is 0.1: a handful of rounds at most
+            if (seen := await second_says()) == status:
+                return seen
+            await asyncio.sleep(0.1)
+        return seen
+
+    assert await until(200) == 200
+    await call(first, "POST", f"/v1/keys/{key['key_id']}/revoke")
+    assert await until(401) == 401
+    assert second.key_directory.version == first.key_directory.version
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base_url(second) + "/metrics") as response:
+            exposition = await response.text()
+    assert f"sits_key_directory_version {float(second.key_directory.version)}" in exposition
+    assert "sits_spend_log_rows_queued 0.0" in exposition
