@@ -153,6 +153,31 @@ async def test_period_spend_sums_roll_ups_and_rows_still_queued(spend_store):
     assert log.period_spend("key", "key_a", "daily") == 113.0
 
 
+async def test_period_spend_counts_a_batch_while_it_is_being_written(spend_store):
+    class Slow:
+        def __init__(self) -> None:
+            self.go = asyncio.Event()
+
+        async def write(self, rows):  # type: ignore[no-untyped-def]
+            await self.go.wait()
+            return await spend_store.write(rows)
+
+        async def period_totals(self, first_days):  # type: ignore[no-untyped-def]
+            return await spend_store.period_totals(first_days)
+
+    slow = Slow()
+    log = SpendLog(slow, SpendLogConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    await log.reload_totals()
+    log.record(spend(1, cost=3.0))
+    flushing = asyncio.create_task(log.flush())
+    await asyncio.sleep(0.01)
+    assert log.pending == 0  # taken off the queue, not committed yet
+    assert log.period_spend("key", "key_a", "daily") == 3.0
+    slow.go.set()
+    await flushing
+    assert log.period_spend("key", "key_a", "daily") == 3.0  # committed: counted once
+
+
 async def test_period_totals_start_again_when_the_period_rolls_over(spend_store):
     now = [NOW]
     log = SpendLog(spend_store, SpendLogConfig(), clock=lambda: now[0])

@@ -48,6 +48,7 @@ class SpendLog:
         self._queue_rows = config.queue_rows
         self._batch_rows = config.batch_rows
         self._pending: deque[SpendRecord] = deque()
+        self._in_flight: list[SpendRecord] = []  # the batch being written (popped from the queue)
         self._flush_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -90,7 +91,7 @@ class SpendLog:
     async def _flush_batch(self) -> int:
         async with self._flush_lock:
             pending = self._pending
-            batch = [pending.popleft() for _ in range(min(self._batch_rows, len(pending)))]
+            batch = self._in_flight = [pending.popleft() for _ in range(min(self._batch_rows, len(pending)))]
             try:
                 fresh = await self._store.write([spend_row(s) for s in batch])
             except BaseException:
@@ -99,8 +100,11 @@ class SpendLog:
                 self.dropped += max(0, len(batch) - room)
                 pending.extendleft(reversed(batch[:max(0, room)]))  # retried first; the oldest kept
                 raise
-            self.written += fresh
-            self._totals.add(batch, self._clock())
+            else:
+                self.written += fresh
+                self._totals.add(batch, self._clock())  # with no await since the commit: never counted twice
+            finally:
+                self._in_flight = []
             return len(batch)
 
     def period_spend(self, scope: Literal["key", "team"], ident: str, period: Period) -> float:
@@ -111,7 +115,8 @@ class SpendLog:
         return self._totals.get(scope, ident, period, now) + self._queued(scope, ident, since)
 
     def _queued(self, scope: str, ident: str, since: int) -> float:
-        return sum(s.cost_usd for s in self._pending
+        """Rows not in the period totals yet: queued, or in the batch being written."""
+        return sum(s.cost_usd for rows in (self._pending, self._in_flight) for s in rows
                    if (s.key_id if scope == "key" else s.team_id) == ident and day_of(s.at) >= since)
 
     async def reload_totals(self) -> None:
