@@ -1,4 +1,4 @@
-"""The production tenant database: PostgreSQL through asyncpg (the `postgres` extra).
+"""The production tenant database: PostgreSQL through asyncpg (imported on first use).
 
 A small connection pool for the admin API and the directory's refresh, plus one connection of its own
 for the spend log's bulk writes (its staging table is a temporary table on that connection). Migrations
