@@ -40,6 +40,7 @@ from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.openai_routes import OpenAIRoutes
+from sits.api.tenant_routes import RouteTables, TenantRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
 from sits.api.tokenizer_routes import TokenizerRoutes
@@ -89,6 +90,14 @@ from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
+from sits.tenants.config import TenantsConfig
+from sits.tenants.directory import LiveKeyDirectory
+from sits.tenants.key_lifecycle import KeyLifecycle
+from sits.tenants.key_secret import key_secret
+from sits.tenants.spend_log import SpendLog
+from sits.tenants.spend_store import SpendStore
+from sits.tenants.store import TenantStore
+from sits.tenants.store_metrics import TenantStoreMetrics
 from sits.understanding.factory import build_understander
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
@@ -179,6 +188,15 @@ class Gateway:
         self.metrics = GatewayMetrics() if telemetry.metrics else NoMetrics()
         self.tracing = Tracing(tracing_settings(settings, config))
         decisions = DecisionLog(telemetry.recent_decisions)
+        # Teams, keys and the spend log (docs/tenants.md), built only with `tenants.enabled`: the data plane
+        # reads `key_directory` (a KeyDirectory), records into `spend_log` (a SpendSink, with period_spend) and
+        # hashes presented keys under `key_secret`.
+        self.tenant_store: TenantStore | None = None
+        self.key_directory: LiveKeyDirectory | None = None
+        self.spend_log: SpendLog | None = None
+        self.key_secret: bytes | None = None
+        if config.tenants.enabled:
+            self._build_tenant_store(config.tenants)
         # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
         vllm_admin = VllmAdmin(self._pool)
         self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
@@ -246,6 +264,7 @@ class Gateway:
             registry=self.registry, breakers=self._breakers)  # runtime registrations and circuits replicate too
         cluster_routes = ClusterRoutes(self.cluster, admin_guard)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
+        tenant_routes, tenant_prefixes = self._tenant_routes(admin_guard) if self.tenant_store is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         self.handler = Dispatcher(
@@ -274,9 +293,10 @@ class Gateway:
                 ("PUT", "/v1/telemetry/sampling"): telemetry_routes.set_sampling,
                 ("GET", "/v1/dashboard/state"): telemetry_routes.dashboard_state,
                 **({("GET", "/dashboard"): telemetry_routes.dashboard} if telemetry.dashboard else {}),
+                **tenant_routes,
             },
             prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
-                           ADAPTERS_PREFIX: adapter_routes.adapter_resource,
+                           ADAPTERS_PREFIX: adapter_routes.adapter_resource, **tenant_prefixes,
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
             before=self._authenticate if self._client_keys.enabled else None,
         )
@@ -311,6 +331,26 @@ class Gateway:
             self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
         if self._worker_share is not None:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
+        if self.tenant_store is not None:  # migrations, first key load, period totals; on stop: the last flush
+            self._background += [self.tenant_store, self.key_directory, self.spend_log]  # type: ignore[list-item]
+
+    def _build_tenant_store(self, cfg: TenantsConfig) -> None:
+        """The tenant store, the live key directory over it and the spend log into it."""
+        settings = self.settings
+        self.key_secret = key_secret(settings.secrets.get(cfg.key_secret_env), cfg.key_secret_env, cfg.database_url,
+                                     settings.data_dir)
+        self.tenant_store = store = TenantStore.open_url(cfg.database_url, settings.data_dir)
+        self.key_directory = LiveKeyDirectory(store, cfg.refresh_s)
+        self.spend_log = SpendLog(SpendStore(store.db), cfg.spend_log)
+        if isinstance(self.metrics, GatewayMetrics):
+            self.metrics.registry.register(TenantStoreMetrics(self.spend_log, self.key_directory))
+
+    def _tenant_routes(self, admin_guard: AdminGuard) -> RouteTables:
+        """The tenant admin API and spend reports (api/tenant_routes.py)."""
+        store, directory, secret = self.tenant_store, self.key_directory, self.key_secret
+        assert store is not None and directory is not None and secret is not None
+        return TenantRoutes(store, KeyLifecycle(store, secret, time.time), SpendStore(store.db), directory, admin_guard,
+                            self.config.tenants.rotation_overlap_s).route_table()
 
     # -- state the layers read ------------------------------------------------
 
