@@ -27,7 +27,8 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 import openai  # noqa: E402
 
 from sits.app import Gateway  # noqa: E402
-from sits.control.embedded_default import embedded_default_config  # noqa: E402
+from sits.configuration.embedded_default import embedded_default_config  # noqa: E402
+from sits.configuration.gateway import with_sections  # noqa: E402
 from sits.pipeline.fusion.calibration import expected_calibration_error, reliability_curve  # noqa: E402
 from sits.pipeline.fusion.quantities import extract  # noqa: E402
 from sits.settings import Settings  # noqa: E402
@@ -50,7 +51,7 @@ def states(draft: str, value: int) -> bool:
 
 
 async def run(reports: int, data_dir: Path) -> list[dict[str, object]]:
-    config = embedded_default_config().model_copy(update={"workflows": {m: workflow(m) for m in MODELS}})
+    config = with_sections(embedded_default_config(), workflows={m: workflow(m) for m in MODELS})
     gateway = Gateway(Settings(host="127.0.0.1", port=0, data_dir=data_dir), config)
     await gateway.start()
     rows: list[dict[str, object]] = []

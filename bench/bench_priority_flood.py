@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 
 from sits.app import Gateway
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results"

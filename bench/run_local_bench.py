@@ -24,7 +24,7 @@ from pathlib import Path
 import aiohttp
 
 from sits.backends.local.supervisor import LocalWorkerPool
-from sits.control.embedded_default import embedded_default_config
+from sits.configuration.embedded_default import embedded_default_config
 from sits.control.local_models import local_model_specs
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -60,7 +60,7 @@ async def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     args = parser.parse_args()
 
-    specs = [s for s in local_model_specs(embedded_default_config()) if s.name == args.model]
+    specs = [s for s in local_model_specs(embedded_default_config().models) if s.name == args.model]
     data_dir = Path(os.environ.get("SITS_DATA_DIR", Path.home() / ".local/share/sits"))
     async with LocalWorkerPool() as pool:
         urls = await pool.start(specs, data_dir)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from sits.app import Gateway
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.settings import Settings
 from tests.upstream_server import FakeUpstream
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sits.control.config import parse_config, with_server
+from sits.configuration.gateway import parse_config, with_server
 from sits.errors import ConfigError
 from tests.conftest import one_model_config
 

@@ -23,14 +23,17 @@ ALLOWED = {
     "runtime": {"runtime"},
     "translate": {"translate"},  # wire formats <-> chat completions: pure functions (docs/responses-and-messages.md)
     "simulate": {"simulate", "scheduling", "state"},
-    "tenants": {"tenants", "state", "telemetry", "runtime"},  # keys, limits, budgets, spend (docs/tenants.md)  # the scheduler against simulated endpoints
+    "tenants": {"tenants", "state", "telemetry", "runtime"},
+    # the whole config schema, composed from every layer's section schema, above all of them
+    "configuration": {"configuration", "control", "pipeline", "scheduling", "understanding", "tenants", "state",
+                      "telemetry"},  # keys, limits, budgets, spend (docs/tenants.md)  # the scheduler against simulated endpoints
 }
 # Top-level modules: the composition root and the entry points above every layer.
 TOP_LEVEL = {
     "__init__": set(), "__main__": {"cli"}, "errors": set(), "settings": set(),
-    "app": {"api", "backends", "control", "pipeline", "runtime", "scheduling", "settings", "state", "telemetry",
+    "app": {"api", "backends", "configuration", "control", "pipeline", "runtime", "scheduling", "settings", "state", "telemetry",
             "tenants", "understanding"},
-    "serve": {"app", "backends", "control", "runtime", "settings", "telemetry"},
+    "serve": {"app", "backends", "configuration", "control", "runtime", "settings", "telemetry"},
 }
 ENTRY_POINTS = "cli"  # the command line package may import anything
 SHARED = {"errors"}  # the one exception tree, importable everywhere

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.serve import with_local_urls
 
 

@@ -13,9 +13,7 @@ import random
 import socket
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from sits.api.attachments import FileRoutes
 from sits.api.adapter_routes import COLLECTION as ADAPTERS
@@ -50,6 +48,7 @@ from sits.api.responses_routes import PATH as RESPONSES
 from sits.api.responses_routes import PREFIX as RESPONSES_PREFIX
 from sits.api.responses_routes import ResponsesRoutes
 from sits.api.surface_path import SurfacePath
+from sits.api.tenant_routes import RouteTables, TenantRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
 from sits.api.tokenizer_routes import TokenizerRoutes
@@ -64,7 +63,7 @@ from sits.control.adapters.registry import AdapterRegistry
 from sits.control.adapters.store import AdapterStore
 from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
-from sits.control.config import GatewayConfig, config_error
+from sits.configuration.gateway import GatewayConfig
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.kv_migration import KvMigrator
@@ -81,11 +80,10 @@ from sits.pipeline.scheduling_hints import AdapterHooks, SchedulingHints
 from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.pipeline.fusion.documents import DocumentParser
 from sits.pipeline.fusion.runner import WorkflowRunner
-from sits.pipeline.fusion.spec import AttachmentLimits, WorkflowsConfig
 from sits.pipeline.fusion.uploads import UploadStore
 from sits.pipeline.fusion.workflow_config import check_workflows
 from sits.scheduling.metrics import SchedulingMetrics
-from sits.scheduling.policy import RoutingPolicy, build_scheduler
+from sits.scheduling.policy import build_scheduler
 from sits.settings import Settings
 from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
 from sits.state.endpoint_health import HealthBoard, HealthPolicy
@@ -101,8 +99,15 @@ from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
+from sits.tenants.config import TenantsConfig
+from sits.tenants.directory import LiveKeyDirectory
+from sits.tenants.key_lifecycle import KeyLifecycle
+from sits.tenants.key_secret import key_secret
+from sits.tenants.spend_log import SpendLog
+from sits.tenants.spend_store import SpendStore
+from sits.tenants.store import TenantStore
+from sits.tenants.store_metrics import TenantStoreMetrics
 from sits.understanding.factory import build_understander
-from sits.understanding.settings import UnderstandingConfig
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
 
@@ -116,16 +121,6 @@ DEFAULT_PORT = 8080
 REGISTRY_SYNC_S = 0.5
 DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files",
                               RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS})
-
-
-def routing_policy(raw: dict[str, Any]) -> RoutingPolicy:
-    """The `routing:` section, checked here because the config loader does not import scheduling."""
-    return _section(RoutingPolicy, raw, "routing")
-
-
-def understanding_config(raw: dict[str, Any]) -> UnderstandingConfig:
-    """The `understanding:` section; off unless it says `enabled: true`."""
-    return _section(UnderstandingConfig, {"enabled": False, **raw}, "understanding")
 
 
 def replica_id(base: str, settings: Settings) -> str:
@@ -148,13 +143,6 @@ def tracing_settings(settings: Settings, config: GatewayConfig) -> TracingSettin
                            service_name=t.service_name)
 
 
-def _section(schema: Any, raw: dict[str, Any], name: str) -> Any:
-    try:
-        return schema.model_validate(raw)
-    except ValidationError as exc:
-        raise config_error(exc, name) from None
-
-
 class Gateway:
     def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None) -> None:
         self.settings = settings
@@ -172,8 +160,8 @@ class Gateway:
         # llama.cpp KV caches moved off a draining endpoint (automatic only with kv_migration.enabled)
         kv = config.kv_migration
         self.kv_migrator = KvMigrator(LlamaCppSlots(self._pool, self._guarded_pool, kv.timeout_s), kv, self._clock)
-        policy = routing_policy(config.routing)
-        self._understanding = understanding_config(config.understanding)
+        policy = config.routing
+        self._understanding = config.understanding
         # Built (embedding model loaded) in start(); the director holds this slot until then.
         self._understander: RequestUnderstander | None = None
         self._stats = StatsStore(refresh_interval_s=policy.stats_refresh_s,
@@ -210,6 +198,15 @@ class Gateway:
         self.metrics = GatewayMetrics() if telemetry.metrics else NoMetrics()
         self.tracing = Tracing(tracing_settings(settings, config))
         decisions = DecisionLog(telemetry.recent_decisions)
+        # Teams, keys and the spend log (docs/tenants.md), built only with `tenants.enabled`: the data plane
+        # reads `key_directory` (a KeyDirectory), records into `spend_log` (a SpendSink, with period_spend) and
+        # hashes presented keys under `key_secret`.
+        self.tenant_store: TenantStore | None = None
+        self.key_directory: LiveKeyDirectory | None = None
+        self.spend_log: SpendLog | None = None
+        self.key_secret: bytes | None = None
+        if config.tenants.enabled:
+            self._build_tenant_store(config.tenants)
         # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
         vllm_admin = VllmAdmin(self._pool)
         self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
@@ -221,13 +218,6 @@ class Gateway:
             self.tokenizers.load, discover_sources(settings.data_dir / "tokenizers")))
         hints = SchedulingHints(AdapterHooks(self.adapters.resolve, self.adapters.loaded_on, self.adapters.registered),
                                 self.tokenizers, self.routing_table)
-        self._director = director = Director(
-            self.routing_table, self._scheduler, backend, self._stats, self._health,
-            self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
-                                                          resilience.min_retries_per_window)),
-            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s), self._answers, self.admission,
-            lambda: self._understander, self._clock, random.Random(rng_seed), metrics=self.metrics, hints=hints,
-        )
         observer = RequestObserver(self.metrics, self.tracing, decisions, telemetry.logs, self.routing_table,
                                    clock=self._clock)
         # With --workers N the run's workers share one folder: /metrics and the dashboard of any worker answer
@@ -235,16 +225,24 @@ class Gateway:
         self._worker_share = WorkerShare(settings.worker_share_dir, settings.worker_index) \
             if settings.worker_share_dir is not None and settings.worker_index is not None else None
         share_folder = self._worker_share.folder if self._worker_share is not None else None
-        # Fusion workflows and attachments (docs/workflows.md): every step calls back into the director.
-        limits = _section(AttachmentLimits, config.attachments, "attachments")
-        workflows = _section(WorkflowsConfig, config.workflows, "workflows").root
+        # Fusion workflows and attachments (docs/workflows.md): the director builds the runner with itself,
+        # since every step is a request it routes.
+        limits, workflows = config.attachments, config.workflows.root
         uploads, documents = UploadStore(limits.upload_store_bytes, limits.upload_ttl_s, self._clock, time.time,
                                          share_folder / "uploads" if share_folder is not None else None), \
             DocumentParser(limits.max_pages)
-        director.attach_workflows(WorkflowRunner(
-            workflows, check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
-                                       self._understanding),
-            director, self.routing_table, documents, uploads, limits, self._clock, time.time, default_calibration()))
+        workflow_models = check_workflows(workflows, {*(m.name for m in config.models), *config.all_aliases()},
+                                          self._understanding)
+        self._director = director = Director(
+            self.routing_table, self._scheduler, backend, self._stats, self._health,
+            self._breakers, RetryBudget(RetryBudgetPolicy(resilience.retry_budget_ratio,
+                                                          resilience.min_retries_per_window)),
+            FallbackPolicy(resilience.max_attempts, resilience.ttft_timeout_s, resilience.request_timeout_s),
+            self._answers, self.admission, lambda: self._understander, self._clock, random.Random(rng_seed),
+            metrics=self.metrics, hints=hints,
+            workflows=lambda steps: WorkflowRunner(workflows, workflow_models, steps, self.routing_table, documents,
+                                                   uploads, limits, self._clock, time.time, default_calibration()),
+        )
         files = FileRoutes(uploads, documents, limits)
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
                                      admission=self.admission, resume_streams=resilience.resume_streams)
@@ -276,6 +274,7 @@ class Gateway:
             registry=self.registry, breakers=self._breakers)  # runtime registrations and circuits replicate too
         cluster_routes = ClusterRoutes(self.cluster, admin_guard)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
+        tenant_routes, tenant_prefixes = self._tenant_routes(admin_guard) if self.tenant_store is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         # The Responses and Messages APIs: translated to chat completions, the same request path.
@@ -313,9 +312,11 @@ class Gateway:
                 ("PUT", "/v1/telemetry/sampling"): telemetry_routes.set_sampling,
                 ("GET", "/v1/dashboard/state"): telemetry_routes.dashboard_state,
                 **({("GET", "/dashboard"): telemetry_routes.dashboard} if telemetry.dashboard else {}),
+                **tenant_routes,
             },
-            prefix_routes={RESPONSES_PREFIX: responses.resource, CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
-                           ADAPTERS_PREFIX: adapter_routes.adapter_resource,
+            prefix_routes={RESPONSES_PREFIX: responses.resource, CONTROL_PREFIX: control_routes.model_resource,
+                           ALIASES_PREFIX: cluster_routes.alias_resource,
+                           ADAPTERS_PREFIX: adapter_routes.adapter_resource, **tenant_prefixes,
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
             before=self._authenticate if self._client_keys.enabled else None,
         )
@@ -333,9 +334,9 @@ class Gateway:
 
             self.epp = EppServer(EndpointPicker(
                 self.routing_table, PoolPlanner(self._scheduler, self._stats, self._health, self._breakers,
-                                                self.admission, random.Random(rng_seed), lambda: hints),
+                                                self.admission, random.Random(rng_seed), hints),
                 self.admission, self._client_keys, self._stats, self._clock, lambda: self._understander,
-                lambda: hints, self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
+                hints, self.readiness, config.server.max_body_bytes, config.server.epp_fallbacks),
                 config.server.epp_port, self.readiness)
         # HTTP/2: h2c and HTTPS with ALPN (docs/grpc.md), the same handler behind more listeners.
         self.http2 = Http2Door(self.handler, render_error, self._limits, config.server.http2_port, config.server.tls,
@@ -350,6 +351,26 @@ class Gateway:
             self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
         if self._worker_share is not None:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
+        if self.tenant_store is not None:  # migrations, first key load, period totals; on stop: the last flush
+            self._background += [self.tenant_store, self.key_directory, self.spend_log]  # type: ignore[list-item]
+
+    def _build_tenant_store(self, cfg: TenantsConfig) -> None:
+        """The tenant store, the live key directory over it and the spend log into it."""
+        settings = self.settings
+        self.key_secret = key_secret(settings.secrets.get(cfg.key_secret_env), cfg.key_secret_env, cfg.database_url,
+                                     settings.data_dir)
+        self.tenant_store = store = TenantStore.open_url(cfg.database_url, settings.data_dir)
+        self.key_directory = LiveKeyDirectory(store, cfg.refresh_s)
+        self.spend_log = SpendLog(SpendStore(store.db), cfg.spend_log)
+        if isinstance(self.metrics, GatewayMetrics):
+            self.metrics.registry.register(TenantStoreMetrics(self.spend_log, self.key_directory))
+
+    def _tenant_routes(self, admin_guard: AdminGuard) -> RouteTables:
+        """The tenant admin API and spend reports (api/tenant_routes.py)."""
+        store, directory, secret = self.tenant_store, self.key_directory, self.key_secret
+        assert store is not None and directory is not None and secret is not None
+        return TenantRoutes(store, KeyLifecycle(store, secret, time.time), SpendStore(store.db), directory, admin_guard,
+                            self.config.tenants.rotation_overlap_s).route_table()
 
     # -- state the layers read ------------------------------------------------
 
@@ -396,7 +417,7 @@ class Gateway:
             # Loads the embedding model (seconds) once, off the event loop, before any request.
             self._understander = await asyncio.to_thread(build_understander, self._understanding)
             await self._understander.start()
-        await self.registry.load(records_from_config(self.config, dict(local_urls)), self.config.all_aliases())
+        await self.registry.load(records_from_config(self.config.models, dict(local_urls)), self.config.all_aliases())
         await self.cluster.start()
         for part in self._background:  # stopped in the reverse order, after the drain (stop())
             await part.start()
@@ -489,7 +510,7 @@ class Gateway:
         self._answers.attach(build_semantic_cache(cfg, embedder, self._clock))
 
     async def _start_local_models(self) -> Mapping[str, str]:
-        specs = local_model_specs(self.config)
+        specs = local_model_specs(self.config.models)
         if not specs:
             return {}
         self._local = LocalWorkerPool()

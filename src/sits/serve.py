@@ -14,7 +14,8 @@ import uvloop
 
 from sits.app import Gateway
 from sits.backends.local.supervisor import LocalWorkerPool
-from sits.control.config import EndpointConfig, GatewayConfig
+from sits.configuration.gateway import GatewayConfig
+from sits.control.config import EndpointConfig
 from sits.control.local_models import local_model_specs
 from sits.settings import Settings
 from sits.runtime.gc_tuning import freeze_startup_heap
@@ -55,7 +56,7 @@ async def _serve_one(settings: Settings, config: GatewayConfig, reuse_port: bool
 
 async def _serve_many(settings: Settings, config: GatewayConfig) -> None:
     """Local model workers are started once, here; the N gateway processes share them as endpoints."""
-    specs = local_model_specs(config)
+    specs = local_model_specs(config.models)
     local = LocalWorkerPool() if specs else None
     urls = dict(await local.start(specs, settings.data_dir)) if local is not None else {}
     shared = with_local_urls(config, urls)

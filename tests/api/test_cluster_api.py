@@ -138,7 +138,7 @@ async def test_sync_refuses_a_malformed_document_whole(upstream, upstream_b, sta
 
 
 async def test_cluster_config_is_strict():
-    from sits.control.config import parse_config
+    from sits.configuration.gateway import parse_config
     from sits.errors import ConfigError
 
     for bad, fragment in [({"replica": "x"}, "cluster.replica: unknown key"),

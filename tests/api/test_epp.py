@@ -18,7 +18,7 @@ from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sits.api.epp.protocol import DESTINATION, DESTINATION_NAMESPACE, SERVED, SUBSET, SUBSET_NAMESPACE
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.errors import ConfigError
 
 Mode = processing_mode_pb2.ProcessingMode

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sits.api.grpc import chat_pb2 as pb
 from sits.app import Gateway
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.errors import ConfigError
 from sits.settings import Settings
 from sits.api.grpc import chat_pb2_grpc

@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from sits.app import Gateway
-from sits.control.config import parse_config, with_server
+from sits.configuration.gateway import parse_config, with_server
 from sits.errors import ConfigError
 from sits.settings import Settings
 from tests.conftest import one_model_config

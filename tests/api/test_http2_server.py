@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from sits.app import Gateway
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.settings import Settings
 from tests.api.test_grpc import SilentUpstream
 from tests.conftest import one_model_config

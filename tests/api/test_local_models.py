@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from sits.app import Gateway
-from sits.control.embedded_default import embedded_default_config
+from sits.configuration.embedded_default import embedded_default_config
 from sits.settings import Settings
 from tests.conftest import sdk
 

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from sits.app import Gateway
-from sits.control.embedded_default import embedded_default_config
+from sits.configuration.embedded_default import embedded_default_config
+from sits.configuration.gateway import with_sections
 from sits.pipeline.fusion.default_calibration import default_calibration
 from sits.settings import Settings
 from tests.conftest import base_url, sdk
@@ -322,12 +323,12 @@ async def test_unknown_workflow_and_bad_config(drafters, start_gateway):
 
 async def test_local_models_draft_a_workflow(tmp_path_factory, report):
     """The embedded models (SmolLM2, Gemma 3 270M) as generators, for real: small answers, but every step."""
-    config = embedded_default_config().model_copy(update={"workflows": {"local": {
+    config = with_sections(embedded_default_config(), workflows={"local": {
         "budget": {"max_latency_s": 240},
         "steps": [{"kind": "parse_document", "max_context_chars": 1500},
                   {"kind": "generate", "max_tokens": 12, "temperature": 0,
                    "branches": [{"model": "smollm2-135m"}, {"model": "gemma3-270m"}]},
-                  {"kind": "verify"}, {"kind": "aggregate", "method": "best_of_n"}]}}})
+                  {"kind": "verify"}, {"kind": "aggregate", "method": "best_of_n"}]}})
     data_dir = tmp_path_factory.getbasetemp().parent / "sits-data"  # shared with test_local_models
     gateway = Gateway(Settings(host="127.0.0.1", port=0, data_dir=data_dir), config)
     await gateway.start()

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from sits.control.config import load_config, parse_config
-from sits.control.embedded_default import config_from_backends, embedded_default_config
+from sits.configuration.gateway import load_config, parse_config
+from sits.configuration.embedded_default import config_from_backends, embedded_default_config
 from sits.control.registry_records import records_from_config
 from sits.control.table_builder import build_routing_table
 from sits.errors import ConfigError
@@ -22,7 +22,7 @@ GOOD = {
 
 def test_valid_config_builds_a_routing_table():
     config = parse_config(GOOD)
-    table = build_routing_table(records_from_config(config, {}), config.all_aliases(), {"KEY": "sk-1"})
+    table = build_routing_table(records_from_config(config.models, {}), config.all_aliases(), {"KEY": "sk-1"})
     model = table.resolve("chat-default")
     assert model is not None and model.name == "llama3"
     assert table.resolve("fast") is model
@@ -57,7 +57,7 @@ def test_invalid_config_names_the_offending_key(mutate, path):
 
 def test_missing_key_env_var_fails_at_startup_with_path():
     with pytest.raises(ConfigError) as info:
-        build_routing_table(records_from_config(parse_config(GOOD), {}), {}, {})
+        build_routing_table(records_from_config(parse_config(GOOD).models, {}), {}, {})
     assert "model 'llama3' endpoint llama3/ep-1: environment variable KEY is not set" in info.value.message
 
 
@@ -74,7 +74,7 @@ def test_yaml_file_loading(tmp_path: Path):
 
 def test_backend_flags_same_name_twice_gives_two_endpoints():
     config = config_from_backends(["a=http://127.0.0.1:1/v1", "a=http://127.0.0.1:2/v1", "b=http://127.0.0.1:3/v1"])
-    table = build_routing_table(records_from_config(config, {}), {}, {})
+    table = build_routing_table(records_from_config(config.models, {}), {}, {})
     assert [len(m.endpoints) for m in table.models.values()] == [2, 1]
     assert table.models["a"].endpoints[1].upstream_model == "a"
     with pytest.raises(ConfigError, match="NAME=URL"):
@@ -89,7 +89,7 @@ def test_embedded_default_has_two_local_tiers():
 
 
 def test_include_embedded_models_adds_them_next_to_remote_ones():
-    from sits.control.embedded_default import with_embedded_models
+    from sits.configuration.embedded_default import with_embedded_models
 
     raw = {"include_embedded_models": True, "models": [
         {"name": "remote", "endpoints": [{"url": "http://127.0.0.1:1/v1"}]},
@@ -102,9 +102,7 @@ def test_include_embedded_models_adds_them_next_to_remote_ones():
 
 
 def test_bad_routing_policy_fails_at_startup_naming_the_key():
-    from sits.app import routing_policy
-
     with pytest.raises(ConfigError) as info:
-        routing_policy({"profiles": {"default": {"filters": [], "scorers": [{"type": "no-such-scorer"}],
-                                                 "picker": {"type": "max-score-picker"}}}})
-    assert "routing" in info.value.message and "no-such-scorer" in info.value.message
+        parse_config({"routing": {"profiles": {"default": {"filters": [], "scorers": [{"type": "no-such-scorer"}],
+                                                           "picker": {"type": "max-score-picker"}}}}})
+    assert "config: routing" in info.value.message and "no-such-scorer" in info.value.message

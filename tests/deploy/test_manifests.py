@@ -11,9 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sits.app import routing_policy, understanding_config
-from sits.control.config import GatewayConfig, load_config
-from sits.control.embedded_default import with_embedded_models
+from sits.configuration.gateway import GatewayConfig, load_config
+from sits.configuration.embedded_default import with_embedded_models
 from tests.deploy.manifests import (
     KUSTOMIZE,
     OVERLAYS,
@@ -51,9 +50,7 @@ def rendered_config(target: str, tmp_path: Path) -> GatewayConfig:
     config_map = one(target, "ConfigMap", volume["configMap"]["name"])
     path = tmp_path / config_path.name
     path.write_text(config_map["data"][config_path.name], encoding="utf-8")
-    config = load_config(path)
-    routing_policy(config.routing)  # the sections `sits serve` checks when it builds the gateway
-    understanding_config(config.understanding)
+    config = load_config(path)  # every section validated, as `sits serve` loads it
     return with_embedded_models(config)
 
 

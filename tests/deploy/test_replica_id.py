@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from sits.app import Gateway
 from sits.control.cluster_config import ClusterConfig
-from sits.control.config import parse_config
+from sits.configuration.gateway import parse_config
 from sits.errors import ConfigError
 from sits.settings import Settings
 

@@ -18,6 +18,7 @@ from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 from sits.state.engine_load import EngineLoad
 from sits.state.routing_table import Endpoint, ModelEntry
+from sits.telemetry.tracing import NO_TRACE
 
 
 def test_endpoint_views_put_every_signal_in_its_field():
@@ -48,9 +49,9 @@ def test_the_routing_request_puts_every_part_in_its_field():
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}))
     request = HttpRequest("POST", "/v1/chat/completions", "", {"x-sits-sla-ms": "250"}, b"")
     routing = RequestIntake.routing("/chat/completions", CHAT_COMPLETION, body, False, request, "rid-1", "hi",
-                                    0, "scope-1", None)
+                                    0, "scope-1", NO_TRACE)
     assert routing._asdict() == {
         "api": "/chat/completions", "model": "m", "stream": False, "request_id": "rid-1", "prompt_text": "hi",
-        "priority": 0, "tenant": None, "cache_scope": "scope-1", "trace": None, "needs": frozenset({"tools"}),
+        "priority": 0, "tenant": None, "cache_scope": "scope-1", "trace": NO_TRACE, "needs": frozenset({"tools"}),
         "max_tokens": 7, "sla_ms": 250.0,
     }

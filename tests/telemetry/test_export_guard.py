@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.sampling import Decision
 
 from sits.telemetry.export_guard import ExportGuard, GuardPolicy
 from sits.telemetry.sampling import AdjustableSampler
-from sits.telemetry.tracing import Tracing, TracingSettings
+from sits.telemetry.tracing import NO_TRACE, Tracing, TracingSettings
 
 
 class ScriptedExporter(SpanExporter):
@@ -116,9 +116,9 @@ def test_end_to_end_through_the_provider_drops_stage_spans_while_degraded():
     assert tracing.guard is not None
     tracing.guard.degraded = True
     trace = tracing.start_request("POST", "/v1/chat/completions", {}, {})
-    assert trace is not None
+    assert trace is not NO_TRACE
     assert trace.stage("schedule") is not None  # a non-recording span: created, never exported
-    span, headers = trace.attempt("chat", "m1", {})
+    span, headers = trace.attempt("/chat/completions", "m1", "127.0.0.1", 8000, "m1/0", "m1")
     assert span is not None and headers.startswith(b"traceparent: 00-")
     span.end()
     trace.finish(200)
@@ -130,5 +130,8 @@ def test_end_to_end_through_the_provider_drops_stage_spans_while_degraded():
 def test_tracing_is_off_without_an_endpoint():
     tracing = Tracing(TracingSettings())
     assert not tracing.enabled
-    assert tracing.start_request("POST", "/v1/chat/completions", {}, {}) is None
+    trace = tracing.start_request("POST", "/v1/chat/completions", {}, {})
+    assert trace is NO_TRACE and not trace.recording
+    assert trace.attempt("/chat/completions", "m1", "127.0.0.1", 8000, "m1/0", "m1") == (None, b"")
+    assert trace.stage("schedule") is None and trace.within(None) is trace
     assert tracing.status() == {"enabled": False, "state": "off"}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from sits.app import understanding_config
+from sits.configuration.gateway import parse_config
 from sits.errors import ConfigError
 from sits.understanding.cascade import CascadeStages, IntentCascade, VectorLru
 from sits.understanding.domains import Domain, load_domains
@@ -187,13 +187,17 @@ async def test_factory_builds_the_cascade_with_the_real_accurate_model():
     assert parts.cascade is not None and parts.classify_offline([PROMPT])[0].source == "embedding:charngram"
 
 
+def understanding_config(raw):
+    return parse_config({"understanding": raw}).understanding
+
+
 @pytest.mark.parametrize(("raw", "field"), [
-    ({"embedder": "e5", "cascade": {"min_margin": 0.3}}, "understanding: cascade: 'cascade' is set but 'embedder'"),
-    ({"embedder": "cascade", "cascade": {"fast": "e5", "accurate": "e5"}}, "understanding: cascade:"),
-    ({"embedder": "cascade", "cascade": {"min_margin": 1.5}}, "understanding: cascade.min_margin:"),
-    ({"embedder": "cascade", "cascade": {"accurate": "bert"}}, "understanding: cascade.accurate:"),
-    ({"embedder": "cascade", "cascade": {"threshold": 0.3}}, "understanding: cascade.threshold: unknown key"),
-    ({"embedder": "cascade", "cascade": {"cache_entries": -1}}, "understanding: cascade.cache_entries:"),
+    ({"embedder": "e5", "cascade": {"min_margin": 0.3}}, "understanding.cascade: 'cascade' is set but 'embedder'"),
+    ({"embedder": "cascade", "cascade": {"fast": "e5", "accurate": "e5"}}, "understanding.cascade:"),
+    ({"embedder": "cascade", "cascade": {"min_margin": 1.5}}, "understanding.cascade.min_margin:"),
+    ({"embedder": "cascade", "cascade": {"accurate": "bert"}}, "understanding.cascade.accurate:"),
+    ({"embedder": "cascade", "cascade": {"threshold": 0.3}}, "understanding.cascade.threshold: unknown key"),
+    ({"embedder": "cascade", "cascade": {"cache_entries": -1}}, "understanding.cascade.cache_entries:"),
 ])
 def test_bad_cascade_config_names_the_field(raw, field):
     with pytest.raises(ConfigError) as info:

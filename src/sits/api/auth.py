@@ -37,6 +37,11 @@ class AdminGuard:
         if not hmac.compare_digest(token.encode(), self._key):  # constant time
             raise Unauthorized("invalid admin key")
 
+    def is_admin(self, request: HttpRequest) -> bool:
+        """Whether the request carries the admin key (for routes that also take other keys)."""
+        token = bearer_token(request)
+        return self._key is not None and token is not None and hmac.compare_digest(token.encode(), self._key)
+
 
 class DataPlaneKeys:
     """Optional client keys. Keys are kept as SHA-256 digests, so a lookup reveals nothing by timing."""

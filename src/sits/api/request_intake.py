@@ -13,29 +13,30 @@ from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
-from sits.telemetry.tracing import RequestTrace
+from sits.telemetry.tracing import Trace
 
 
 class RequestIntake:
     def __init__(self, director: Director, admission: Admission | None) -> None:
-        self._director = director
-        self._admission = admission
-        # The caller's key matters to admission only when some key has its own class (the rules are static).
-        self._admission_reads_keys = admission is not None and bool(admission.rules.by_key_sha256)
+        self._answers = director.answers
+        # The class rules (header, key, model) are static: read here, before the admission stage.
+        self._rules = admission.rules if admission is not None else None
+        # The caller's key matters to admission only when some key has its own class.
+        self._admission_reads_keys = self._rules is not None and bool(self._rules.by_key_sha256)
 
     def class_and_scope(self, request: HttpRequest, model: str) -> tuple[int, str]:
         """(admission class, cache scope); 422 naming `x-sits-priority` when that header is malformed."""
-        caching = self._director.caching  # true once the cache is open (at startup): read per request
+        caching = self._answers.enabled  # true once the cache is open (at startup): read per request
         token = bearer_token(request) if caching or self._admission_reads_keys else None
         scope = cache_scope(None, token) if caching else "anonymous"
-        priority = self._admission.priority_of(request.headers.get("x-sits-priority"), token, model) \
-            if self._admission is not None else 1
+        priority = int(self._rules.resolve(request.headers.get("x-sits-priority"), token, model)) \
+            if self._rules is not None else 1
         return priority, scope
 
     @staticmethod
     def routing(api: str, schema: BodySchema[Any], body: dict[str, Any], stream: bool, request: HttpRequest,
                 request_id: str, prompt_text: str, priority: int, scope: str,
-                trace: RequestTrace | None) -> RoutingRequest:
+                trace: Trace) -> RoutingRequest:
         """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed."""
         # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
         return RoutingRequest(api, body["model"], stream, request_id, prompt_text, priority, None, scope, trace,

@@ -19,7 +19,7 @@ from sits.telemetry.config import LogsConfig
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.logging_setup import current_trace_id
 from sits.telemetry.metrics import GatewayMetrics
-from sits.telemetry.tracing import RequestTrace, Tracing, operation_of
+from sits.telemetry.tracing import NO_TRACE, Trace, Tracing, operation_of
 
 access_log = logging.getLogger("sits.access")
 UNKNOWN_MODEL = "unknown"
@@ -38,7 +38,7 @@ class RequestObserver:
         self._wall_clock = wall_clock
 
     def begin(self, request: HttpRequest, api: str, request_id: str, model: str, body: Mapping[str, Any]) -> Observation:
-        trace = None
+        trace: Trace = NO_TRACE
         if self.tracing.enabled:
             attributes: dict[str, Any] = {
                 "http.request.method": request.method, "url.path": request.path,
@@ -50,8 +50,7 @@ class RequestObserver:
                 if isinstance(value, int | float):
                     attributes[f"gen_ai.request.{name}"] = value
             trace = self.tracing.start_request(request.method, request.path, request.headers, attributes)
-            if trace is not None:
-                current_trace_id.set(trace.trace_id)
+            current_trace_id.set(trace.trace_id)
         return Observation(self, api, request_id, model, self._clock(), trace)
 
     def label(self, model: str) -> str:
@@ -63,7 +62,7 @@ class Observation:
     __slots__ = ("_observer", "api", "request_id", "model", "started", "trace", "_done")
 
     def __init__(self, observer: RequestObserver, api: str, request_id: str, model: str, started: float,
-                 trace: RequestTrace | None) -> None:
+                 trace: Trace) -> None:
         self._observer = observer
         self.api = api
         self.request_id = request_id
@@ -87,12 +86,7 @@ class Observation:
                          first_byte_at - self.started if first_byte_at else None, usage)
         if o.decisions.enabled:  # seconds kept raw: rounded when the dashboard reads them
             o.decisions.add((o._wall_clock(), self.request_id, model, endpoint, route, status, seconds, attempts))
-        if self.trace is not None:
-            attributes: dict[str, Any] = {"gen_ai.response.model": model, "sits.endpoint": endpoint,
-                                          "sits.route": route}
-            if usage is not None:
-                attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"] = usage
-            self.trace.finish(status, attributes, error)
+        self.trace.served(status, model, endpoint, route, usage, error)
         if o.logs.access_log:
             self._access(status, seconds, model=model, endpoint=endpoint, route=route, attempts=attempts,
                          prompt=prompt, error=error)
@@ -107,8 +101,7 @@ class Observation:
         o.metrics.failed(model, error.http_status)
         if o.decisions.enabled:
             o.decisions.add((o._wall_clock(), self.request_id, model, "none", "", error.http_status, seconds, ""))
-        if self.trace is not None:
-            self.trace.finish(error.http_status, {"error.type": error.code or error.error_type}, error.message)
+        self.trace.finish(error.http_status, {"error.type": error.code or error.error_type}, error.message)
         if o.logs.access_log:
             self._access(error.http_status, seconds, model=model, error=error.message, prompt=prompt)
 

@@ -31,7 +31,7 @@ async def _chat(question: str, base_url: str | None, model: str, max_tokens: int
             return 1
     print("(no gateway running: starting the embedded one for this question)", file=sys.stderr)
     from sits.app import Gateway
-    from sits.control.embedded_default import embedded_default_config
+    from sits.configuration.embedded_default import embedded_default_config
     from sits.settings import Settings
 
     gateway = Gateway(Settings.from_env(os.environ).with_overrides(port=0), embedded_default_config())

@@ -1,41 +1,36 @@
-"""Static configuration (YAML): its schema, loading and strict validation.
+"""The control plane's config sections (server, models, resilience, control, ...) and how a validation
+error is reported.
 
-An unknown key or a wrong type fails at startup with the path of the offending
-key, e.g. `models[0].endpoints[1].url: ...`.
+The whole configuration is composed from these and the other layers' sections in
+`sits.configuration.gateway`. An unknown key or a wrong type fails at load with the path of the
+offending key, e.g. `models[0].endpoints[1].url: ...`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sits.control.cluster_config import ClusterConfig
 from sits.errors import ConfigError
-from sits.state.admission_config import AdmissionConfig
-from sits.state.response_store import ResponsesConfig
-from sits.state.semantic_cache import SemanticCacheConfig
-from sits.telemetry.config import TelemetryConfig
 
 Tier = Literal["tiny", "base", "heavy"]
 Feature = Literal["tools", "vision", "json"]  # what a request may need of a model (scheduling.types.FEATURES)
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class TimeoutsConfig(_Strict):
+class TimeoutsConfig(Strict):
     connect_s: PositiveFloat = 5.0
     first_byte_s: PositiveFloat = 120.0
     total_s: PositiveFloat = 600.0
 
 
-class EndpointConfig(_Strict):
+class EndpointConfig(Strict):
     url: str
     upstream_model: str | None = None
     api_key_env: str | None = None
@@ -60,14 +55,14 @@ class EndpointConfig(_Strict):
         return url
 
 
-class LocalModelConfig(_Strict):
+class LocalModelConfig(Strict):
     gguf: str = Field(description="a GGUF file path, or package:<pip name> for the embedded models")
     prompt_format: Literal["chat-template", "plain"] = "chat-template"
     n_ctx: Annotated[int, Field(ge=128)] = 2048
     threads: Annotated[int, Field(ge=1)] = 1
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Strict):
     name: Annotated[str, Field(min_length=1)]
     tier: Tier | None = None
     description: str = ""
@@ -93,7 +88,7 @@ class ModelConfig(_Strict):
         return self
 
 
-class TlsConfig(_Strict):
+class TlsConfig(Strict):
     """HTTPS on its own port, offering h2 and http/1.1 by ALPN (docs/grpc.md); files are PEM."""
 
     port: Annotated[int, Field(ge=0, le=65535)]
@@ -101,7 +96,7 @@ class TlsConfig(_Strict):
     key_file: Annotated[str, Field(min_length=1)]
 
 
-class ServerConfig(_Strict):
+class ServerConfig(Strict):
     host: str | None = None
     port: Annotated[int, Field(ge=0, le=65535)] | None = None
     max_body_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
@@ -136,14 +131,14 @@ class ServerConfig(_Strict):
         return self
 
 
-class HealthCheckConfig(_Strict):
+class HealthCheckConfig(Strict):
     interval_s: PositiveFloat = 5.0
     timeout_s: PositiveFloat = 2.0
     healthy_threshold: Annotated[int, Field(ge=1)] = 1
     unhealthy_threshold: Annotated[int, Field(ge=1)] = 3
 
 
-class ControlConfig(_Strict):
+class ControlConfig(Strict):
     """The control plane: admin access, where registered endpoints may point, health checks."""
 
     admin_key_env: str = "SITS_ADMIN_KEY"
@@ -166,7 +161,7 @@ class ControlConfig(_Strict):
         return cidrs
 
 
-class ResilienceConfig(_Strict):
+class ResilienceConfig(Strict):
     retry_budget_ratio: Annotated[float, Field(ge=0, le=10)] = 0.2  # at most 20% extra upstream calls
     min_retries_per_window: Annotated[int, Field(ge=0)] = 3
     max_attempts: Annotated[int, Field(ge=1, le=16)] = 4
@@ -182,7 +177,7 @@ class ResilienceConfig(_Strict):
     resume_streams: bool = False
 
 
-class KvMigrationConfig(_Strict):
+class KvMigrationConfig(Strict):
     """Moving llama.cpp conversations' KV caches between instances of the same model (docs/kv-cache.md)."""
 
     # off: needs every instance started with --slot-save-path on one folder they all see
@@ -192,88 +187,6 @@ class KvMigrationConfig(_Strict):
     timeout_s: PositiveFloat = 60.0  # per slot action; a save waits for its slot's generation to end
     # The shared folder as SITS sees it (optional): migrated files are deleted from it once restored.
     shared_dir: str | None = None
-
-
-class GatewayConfig(_Strict):
-    server: ServerConfig = ServerConfig()
-    resilience: ResilienceConfig = ResilienceConfig()
-    kv_migration: KvMigrationConfig = KvMigrationConfig()
-    semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
-    admission: AdmissionConfig = AdmissionConfig()
-    responses: ResponsesConfig = ResponsesConfig()  # stored Responses (docs/responses-and-messages.md)
-    # Routing policy (profiles of filters, scorers, picker): validated by sits.scheduling.policy at startup,
-    # since the control layer does not import scheduling. See docs/scheduling.md.
-    routing: dict[str, Any] = {}
-    # Request understanding for model "auto" (intent, complexity, tier, quality router): validated by
-    # sits.understanding.settings at startup; off unless `enabled: true` (the embedded default keeps the tier rule).
-    understanding: dict[str, Any] = {}
-    # Fusion workflows (`model: workflow:<name>`) and the files requests may attach: validated by
-    # sits.pipeline.fusion.spec at startup, since the control layer does not import pipeline. See docs/workflows.md.
-    workflows: dict[str, Any] = {}
-    attachments: dict[str, Any] = {}
-    control: ControlConfig = ControlConfig()
-    cluster: ClusterConfig = ClusterConfig()  # replicas sharing aliases and state (docs/replication.md)
-    telemetry: TelemetryConfig = TelemetryConfig()
-    # true: the embedded local models are served too, next to `models` (a model of the same name wins)
-    include_embedded_models: bool = False
-    models: list[ModelConfig] = []
-    aliases: dict[str, str] = {}
-
-    @model_validator(mode="after")
-    def _names(self) -> GatewayConfig:
-        seen: set[str] = set()
-        for i, m in enumerate(self.models):
-            if m.name in seen:
-                raise ValueError(f"models[{i}].name: duplicate model name {m.name!r}")
-            seen.add(m.name)
-        aliases = dict(self.aliases)
-        for m in self.models:
-            for a in m.aliases:
-                aliases[a] = m.name
-        for i, m in enumerate(self.models):
-            for j, fallback in enumerate(m.fallbacks):
-                if fallback not in seen or fallback == m.name:
-                    raise ValueError(f"models[{i}].fallbacks[{j}]: {fallback!r} is not another configured model")
-        for alias, target in aliases.items():
-            if alias in seen:
-                raise ValueError(f"aliases.{alias}: alias clashes with a model of the same name")
-            if target not in seen:
-                raise ValueError(f"aliases.{alias}: points to unknown model {target!r}")
-        return self
-
-    def all_aliases(self) -> dict[str, str]:
-        aliases = dict(self.aliases)
-        for m in self.models:
-            for a in m.aliases:
-                aliases[a] = m.name
-        return aliases
-
-
-def with_server(config: GatewayConfig, **settings: object) -> GatewayConfig:
-    """`config` with these `server:` keys set (the command line's --grpc-port, --epp-port, --http2-port),
-    validated as the YAML keys are."""
-    try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), **settings})
-    except ValidationError as exc:
-        raise config_error(exc, "server") from None
-    return config.model_copy(update={"server": server})
-
-
-def load_config(path: Path) -> GatewayConfig:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-    return parse_config(raw if raw is not None else {}, source=str(path))
-
-
-def parse_config(raw: object, source: str = "config") -> GatewayConfig:
-    try:
-        return GatewayConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise config_error(exc, source) from None
 
 
 def config_error(exc: ValidationError, source: str) -> ConfigError:

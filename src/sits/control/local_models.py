@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sits.backends.local.model_files import LocalModelSpec
-from sits.control.config import GatewayConfig
+from sits.control.config import ModelConfig
 
 
-def local_model_specs(config: GatewayConfig) -> list[LocalModelSpec]:
+def local_model_specs(models: Sequence[ModelConfig]) -> list[LocalModelSpec]:
     return [
         LocalModelSpec(m.name, m.tier or "base", m.local.gguf, m.local.prompt_format, m.local.n_ctx, m.local.threads)
-        for m in config.models
+        for m in models
         if m.local is not None
     ]

@@ -6,12 +6,13 @@ default) and the control API. They are pure values; the registry replaces them w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import TypeAdapter
 
-from sits.control.config import GatewayConfig
+from sits.control.config import ModelConfig
 from sits.state.routing_table import EndpointTimeouts
 
 Source = Literal["config", "local", "api"]  # local: an embedded model served by a worker process
@@ -73,10 +74,11 @@ def record_from_json(data: bytes) -> ModelRecord:
     return _RECORD_JSON.validate_json(data)
 
 
-def records_from_config(config: GatewayConfig, local_urls: dict[str, str]) -> list[ModelRecord]:
-    """`local_urls` maps each local model's name to the base URL its worker serves on."""
+def records_from_config(models: Sequence[ModelConfig], local_urls: dict[str, str]) -> list[ModelRecord]:
+    """The configured models as registry records; `local_urls` maps each local model's name to the base
+    URL its worker serves on."""
     records = []
-    for m in config.models:
+    for m in models:
         if m.local is not None:
             endpoints: tuple[EndpointRecord, ...] = (
                 EndpointRecord(id=endpoint_id(m.name, 0), url=local_urls[m.name], upstream_model=m.name),

@@ -46,10 +46,6 @@ class Admission:
         cls = CLASSES[priority]  # an index, not Priority(priority): the enum call is far dearer
         return await self.gates.get(model).acquire(cls, self.gates.policy.deadline(cls, now))
 
-    def priority_of(self, header: str | None, api_key: str | None, model: str) -> int:
-        """The request's class from `x-sits-priority`, the API key's and the model's rules (422 if malformed)."""
-        return int(self.rules.resolve(header, api_key, model))
-
     def observe(self, endpoint_id: str, rtt_s: float, in_flight: int, dropped: bool, now: float) -> None:
         """`in_flight`: on that endpoint when the request was sent, this one included."""
         limiter = self.limits.get(endpoint_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sits.telemetry.tracing import RequestTrace
+from sits.telemetry.tracing import NO_TRACE, Trace
 
 
 class RoutingRequest(NamedTuple):
@@ -22,7 +22,7 @@ class RoutingRequest(NamedTuple):
     priority: int = 1  # admission class: 0 real-time, 1 interactive, 2 batch
     tenant: str | None = None
     cache_scope: str = "anonymous"  # whose cache entries this request may see
-    trace: RequestTrace | None = None  # this request's spans, when tracing is on
+    trace: Trace = NO_TRACE  # this request's spans (NO_TRACE when tracing is off)
     # For the scheduling filters: what the request needs of a model, and the completion it asks for.
     needs: frozenset[str] = frozenset()  # "tools", "vision", "json"
     max_tokens: int = 0  # 0: the client did not say

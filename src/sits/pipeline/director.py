@@ -33,6 +33,7 @@ from sits.pipeline.stream_resume import CHAT_API, resume_body
 from sits.pipeline.upstream_send import UpstreamSend
 from sits.pipeline.fusion.answer import WorkflowAnswer
 from sits.pipeline.fusion.runner import WorkflowRunner
+from sits.pipeline.fusion.step_call import StepDirector
 from sits.scheduling.framework import ONLY_ENDPOINT, Decision
 from sits.scheduling.scheduler import Scheduler
 from sits.state.circuit_breaker import CircuitBreakers
@@ -43,7 +44,6 @@ from sits.state.routing_table import ModelEntry, RoutingTable
 from sits.state.semantic_cache import CachedCompletion
 from sits.telemetry.metrics import NO_METRICS, GatewayMetrics
 from sits.telemetry.tracing import end_span
-from sits.understanding.tier_rule import nearest_tiers
 from sits.understanding.understander import RequestUnderstander
 
 _HEALTHY = attrgetter("healthy")
@@ -51,7 +51,6 @@ log = logging.getLogger("sits.scheduling")
 
 
 class Director:
-    _workflows: WorkflowRunner | None = None  # fusion workflows (`model: workflow:<name>`), attached at build
 
     def __init__(
         self,
@@ -70,10 +69,12 @@ class Director:
         rng: random.Random,
         metrics: GatewayMetrics = NO_METRICS,
         hints: SchedulingHints | None = None,  # adapter variants, exact token counts, token-level translation
+        # Fusion workflows (`model: workflow:<name>`): built with this director, which runs each of their steps.
+        workflows: Callable[[StepDirector], WorkflowRunner] | None = None,
     ) -> None:
         self._metrics = metrics
         self._health = health
-        self._answers = answers
+        self._answers = self.answers = answers  # the doors read whether it is open (a cache scope per key)
         self._admission = admission
         self._understander = understander
         self._breakers = breakers
@@ -87,11 +88,9 @@ class Director:
         self._rng = rng
         self._hints = self._sender.hints = hints
         # endpoint views and a tier's load, built as the endpoint picker builds them (pipeline/pool_planner.py)
-        self._planner = PoolPlanner(scheduler, stats, health, breakers, admission, rng, lambda: self._hints)
-        self._resolver = self._new_resolver()
-
-    def _new_resolver(self) -> ModelResolver:
-        return ModelResolver(self._understander, self._workflows, self._hints, self._planner.tier_load)
+        self._planner = PoolPlanner(scheduler, stats, health, breakers, admission, rng, hints)
+        self._workflows = workflows(self) if workflows is not None else None
+        self._resolver = ModelResolver(self._understander, self._workflows, self._hints, self._planner.tier_load)
 
     async def run(self, request: RoutingRequest, body: bytes) -> Answer:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
@@ -109,7 +108,7 @@ class Director:
                 result = await self._workflows.run(resolved.workflow, request, body, intent)
                 return WorkflowAnswer(result, request.request_id)
             if resolved.tier is not None:
-                tier_route, tier_primary, tier_rest = self._tier_plans(table, resolved.tier, request, self._clock())
+                tier_route, tier_primary, tier_rest = self._planner.tier_plans(table, resolved.tier, request, self._clock())
                 model = tier_primary.model
             else:
                 assert resolved.model is not None
@@ -127,20 +126,20 @@ class Director:
             ticket = await self._admit(model.name, request, now)
         try:
             self._stats.refresh(now)  # p95, QPS, dynamic weights: at most once per refresh interval
-            span = trace.stage("schedule", {"sits.model": model.name}) if trace is not None else None
+            span = trace.stage("schedule", {"sits.model": model.name}) if trace.recording else None
             if tier_rest is None:
                 primary = self._planner.model(model, request, now)
-                route, plans = primary.route, self._plans(table, primary, request, now)
+                route, plans = primary.route, self._planner.fallbacks(table, primary, request, now)
                 label = _scheduled_label(primary.decision) if reason is RouteReason.NAMED else reason.value
             else:
                 route, label = tier_route, reason.value
-                plans = itertools.chain((tier_primary,), tier_rest, self._plans(table, tier_primary, request, now, False))
+                plans = itertools.chain((tier_primary,), tier_rest, self._planner.fallbacks(table, tier_primary, request, now, False))
             end_span(span, attributes={"sits.route": route})
             metrics.decision(model.name, label)
             try:
                 exchange = await self._chain.run(request, body, plans)
             except AttemptsFailed as failed:
-                span = trace.stage("fallback", {"sits.model": model.name}) if trace is not None else None
+                span = trace.stage("fallback", {"sits.model": model.name}) if trace.recording else None
                 hit = await self._answers.last_resort(key, request, model.name)
                 end_span(span, attributes={"sits.fallback": "none" if hit is None else hit.match})
                 if hit is None:
@@ -163,8 +162,8 @@ class Director:
         return exchange
 
     def _admit_now(self, model: str, request: RoutingRequest) -> Ticket | None:
-        """A ticket without waiting, or None. Untraced requests only: a traced one takes `_admit` for its span."""
-        if request.trace is not None:
+        """A ticket without waiting, or None. Unrecorded requests only: a recorded one takes `_admit` for its span."""
+        if request.trace.recording:
             return None
         assert self._admission is not None
         ticket = self._admission.try_admit(model, request.priority)
@@ -176,7 +175,7 @@ class Director:
         """An admission ticket (waiting in the priority queue if need be), timed for metrics and spans."""
         assert self._admission is not None
         trace, metrics = request.trace, self._metrics
-        span = trace.stage("admit", {"sits.priority": request.priority}) if trace is not None else None
+        span = trace.stage("admit", {"sits.priority": request.priority}) if trace.recording else None
         try:
             ticket = await self._admission.admit(model, request.priority, now)
         except Overloaded as exc:
@@ -187,18 +186,9 @@ class Director:
         metrics.admitted(request.priority, self._clock() - now)
         return ticket
 
-    def attach_workflows(self, workflows: WorkflowRunner) -> None:
-        """At build: the runner calls back into this director for every step."""
-        self._workflows = workflows
-        self._resolver = self._new_resolver()
-
     def workflows(self) -> list[tuple[str, str]]:
         """(model name, description) of the configured workflows."""
         return self._workflows.catalogue() if self._workflows is not None else []
-
-    @property
-    def caching(self) -> bool:
-        return self._answers.enabled
 
     def remember(self, answer: Answer, completion: CachedCompletion | None) -> None:
         """A complete, good answer: keep it for the cache steps."""
@@ -220,49 +210,11 @@ class Director:
         primary = self._planner.model(model, request, now)
         others = Plan(model, tuple(e for e in primary.endpoints if e.id != broken.source), "primary")
         try:
-            exchange = await self._chain.run(request, continued, self._plans(table, others, request, now))
+            exchange = await self._chain.run(request, continued, self._planner.fallbacks(table, others, request, now))
         except AttemptsFailed:
             return None
         self._metrics.fallback(model.name, "resumed-stream")
         return exchange
-
-    def _plans(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float,
-               with_primary: bool = True) -> Iterator[Plan]:
-        """Best first: the chosen model, its configured fallbacks, then (used only after a
-        context-window error) models with a larger window, smallest sufficient first."""
-        if with_primary:
-            yield primary
-        model = primary.model
-        for name in model.fallbacks:
-            fallback = table.models.get(name)
-            if fallback is not None:
-                yield self._planner.model(fallback, request, now, kind="fallback")
-        window = model.context_window or 0
-        larger = sorted((m for m in table.models.values() if m.context_window and m.context_window > window
-                         and m.name != model.name), key=lambda m: m.context_window or 0)
-        for bigger in larger:
-            yield self._planner.model(bigger, request, now, kind="larger-context")
-
-    def _tier_plans(self, table: RoutingTable, tier: str, request: RoutingRequest,
-                    now: float) -> tuple[str, Plan, Iterator[Plan]]:
-        """`auto`'s models, best first (pool_planner.PoolPlanner.tier_ranking: each model of the tier in the
-        order of its best endpoint); a tier with no usable model falls through to the nearest tiers, which
-        also follow the tier's models (lazily) when those all fail. The x-sits-route value, the first plan,
-        the rest."""
-        tiers = nearest_tiers(tier)
-        for i, candidate_tier in enumerate(tiers):
-            ranked = self._planner.tier_ranking(table, candidate_tier, request, now)
-            if ranked:
-                first, *others = ranked
-                return first.route, first, itertools.chain(others, self._later_tiers(table, tiers[i + 1:], request, now))
-        first = self._planner.no_tier_can(table, tier, request, now)
-        return first.route, first, iter(())
-
-    def _later_tiers(self, table: RoutingTable, tiers: list[str], request: RoutingRequest,
-                     now: float) -> Iterator[Plan]:
-        for tier in tiers:
-            yield from self._planner.tier_ranking(table, tier, request, now, first_kind="tier")
-
 
 def _scheduled_label(decision: Decision | None) -> str:
     """The decision metric's `reason` for a named model: how scheduling went."""

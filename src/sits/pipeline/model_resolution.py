@@ -80,7 +80,7 @@ class ModelResolver:
         if self._hints is not None and (entry := self._hints.resolve(table, name)) is not None:  # base:adapter
             return entry
         if name == AUTO_MODEL and table.models:
-            span = request.trace.stage("classify") if request.trace is not None else None
+            span = request.trace.stage("classify")
             try:
                 return await self._auto(table, request)
             finally:

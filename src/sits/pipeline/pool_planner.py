@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from operator import attrgetter
 
 import orjson
@@ -39,7 +40,7 @@ log = logging.getLogger("sits.scheduling")
 class PoolPlanner:
     def __init__(self, scheduler: Scheduler, stats: StatsStore, health: HealthBoard, breakers: CircuitBreakers,
                  admission: Admission | None, rng: random.Random,
-                 hints: Callable[[], SchedulingHints | None] = lambda: None) -> None:
+                 hints: SchedulingHints | None = None) -> None:
         self._scheduler = scheduler
         self._stats = stats
         self._health = health
@@ -82,7 +83,7 @@ class PoolPlanner:
         wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
                                    request.max_tokens, request.needs, request.sla_ms,
                                    prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
-        hints = self._hints()
+        hints = self._hints
         if hints is not None:
             wanted = hints.hinted(model, request.prompt_text, wanted)
         decision = self._scheduler.schedule(wanted, views, self._rng)
@@ -145,6 +146,43 @@ class PoolPlanner:
             room = limits.total(ids) if limits is not None else DEFAULT_ENDPOINT_CAPACITY * len(ids)
             capacity += min(room, model.max_concurrency) if model.max_concurrency else room
         return min(1.0, busy / capacity) if capacity else 1.0
+
+    def fallbacks(self, table: RoutingTable, primary: Plan, request: RoutingRequest, now: float,
+               with_primary: bool = True) -> Iterator[Plan]:
+        """Best first: the chosen model, its configured fallbacks, then (used only after a
+        context-window error) models with a larger window, smallest sufficient first."""
+        if with_primary:
+            yield primary
+        model = primary.model
+        for name in model.fallbacks:
+            fallback = table.models.get(name)
+            if fallback is not None:
+                yield self.model(fallback, request, now, kind="fallback")
+        window = model.context_window or 0
+        larger = sorted((m for m in table.models.values() if m.context_window and m.context_window > window
+                         and m.name != model.name), key=lambda m: m.context_window or 0)
+        for bigger in larger:
+            yield self.model(bigger, request, now, kind="larger-context")
+
+    def tier_plans(self, table: RoutingTable, tier: str, request: RoutingRequest,
+                    now: float) -> tuple[str, Plan, Iterator[Plan]]:
+        """`auto`'s models, best first (pool_planner.PoolPlanner.tier_ranking: each model of the tier in the
+        order of its best endpoint); a tier with no usable model falls through to the nearest tiers, which
+        also follow the tier's models (lazily) when those all fail. The x-sits-route value, the first plan,
+        the rest."""
+        tiers = nearest_tiers(tier)
+        for i, candidate_tier in enumerate(tiers):
+            ranked = self.tier_ranking(table, candidate_tier, request, now)
+            if ranked:
+                first, *others = ranked
+                return first.route, first, itertools.chain(others, self._later_tiers(table, tiers[i + 1:], request, now))
+        first = self.no_tier_can(table, tier, request, now)
+        return first.route, first, iter(())
+
+    def _later_tiers(self, table: RoutingTable, tiers: list[str], request: RoutingRequest,
+                     now: float) -> Iterator[Plan]:
+        for tier in tiers:
+            yield from self.tier_ranking(table, tier, request, now, first_kind="tier")
 
 
 def _ranked(decision: Decision) -> list[EndpointView]:

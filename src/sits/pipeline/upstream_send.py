@@ -18,7 +18,7 @@ from sits.pipeline.exchange import Exchange
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint
-from sits.telemetry.tracing import end_span, operation_of
+from sits.telemetry.tracing import end_span
 
 
 class UpstreamSend:
@@ -36,13 +36,8 @@ class UpstreamSend:
         if self.hints is not None and model != request.model:
             body = self.hints.translated(request.model, model, request.prompt_text, body)  # another family?
         stats = self._stats.get(endpoint.id)
-        span, trace_headers = None, b""
-        if request.trace is not None:
-            span, trace_headers = request.trace.attempt(operation_of(request.api), endpoint.upstream_model, {
-                "gen_ai.operation.name": operation_of(request.api), "gen_ai.provider.name": "openai",
-                "gen_ai.request.model": endpoint.upstream_model, "server.address": endpoint.host,
-                "server.port": endpoint.port, "sits.endpoint": endpoint.id, "sits.model": model,
-            })
+        span, trace_headers = request.trace.attempt(request.api, endpoint.upstream_model, endpoint.host,
+                                                     endpoint.port, endpoint.id, model)
         started = self._clock()
         stats.started()
         in_flight = stats.in_flight

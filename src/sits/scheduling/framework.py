@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 
 from sits.scheduling.candidate_sample import CandidateSample
 from sits.scheduling.filtering import SAMPLE_EMPTY, filter_all, filter_strict
-from sits.scheduling.metrics import SchedulingMetrics
+from sits.scheduling.metrics import NO_SCHEDULING_METRICS, SchedulingMetrics
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 ONLY_ENDPOINT = "only endpoint"  # a decision's reason when the pool was one endpoint
@@ -146,11 +146,11 @@ class Profile:
         request: SchedulingRequest,
         endpoints: Sequence[EndpointView],
         rng: random.Random,
-        metrics: SchedulingMetrics | None = None,
+        metrics: SchedulingMetrics = NO_SCHEDULING_METRICS,
         limit: int = DEFAULT_PICK_LIMIT,
     ) -> Decision:
         # Plugin timings on one decision in `metrics.timed_every` (each timed decision times every plugin).
-        timed = metrics is not None and metrics.decision(self.name)
+        timed = metrics.decision(self.name)
         sample = self.sample
         if sample is not None and len(endpoints) > sample.above:
             sampled = sample.draw(request, endpoints, rng, self.scorers)
@@ -167,7 +167,7 @@ class Profile:
         request: SchedulingRequest,
         endpoints: Sequence[EndpointView],
         rng: random.Random,
-        metrics: SchedulingMetrics | None,
+        metrics: SchedulingMetrics,
         timed: bool,
         limit: int,
         sampled_from: int,
@@ -186,14 +186,13 @@ class Profile:
         if emptied is not None:
             if emptied == SAMPLE_EMPTY:
                 return None
-            if metrics is not None:
-                metrics.no_candidate(self.name, emptied)
+            metrics.no_candidate(self.name, emptied)
             return Decision((), self.name, f"no endpoint passed {emptied}", rejected_by=emptied)
         if len(remaining) == 1:
             why = ONLY_ENDPOINT if len(endpoints) == 1 else "single candidate"
             return Decision((remaining[0],), self.name, why, remaining)
         n = len(remaining)
-        timer = metrics.timer if timed else None  # type: ignore[union-attr]
+        timer = metrics.timer if timed else None
         totals: list[float] | None = None
         explained = []
         for scorer, w, abstains in self._scorers:
@@ -205,17 +204,15 @@ class Profile:
             else:
                 t0 = timer()
                 scores = scorer.score(request, remaining)
-                metrics.observe(scorer.name, timer() - t0)  # type: ignore[union-attr]
+                metrics.observe(scorer.name, timer() - t0)
             if len(scores) != n:  # a broken scorer abstains rather than failing the request
-                if metrics is not None:
-                    metrics.broken(scorer.name)
+                metrics.broken(scorer.name)
                 continue
             # The clamp's range check; NaN slips past min/max and is caught once, on the totals.
             lo, hi = min(scores), max(scores)
             if lo < 0.0 or hi > 1.0 or lo != lo or hi != hi:
                 scores = _clamped(scores)
-                if metrics is not None:
-                    metrics.clamped(scorer.name)
+                metrics.clamped(scorer.name)
                 lo, hi = min(scores), max(scores)
             explained.append((scorer.name, w, scores))
             if hi == 0.0 and lo == 0.0 and not sum(scores):
@@ -237,7 +234,7 @@ class Profile:
         else:
             t0 = timer()
             ordered = self.picker.pick(totals, remaining, rng, limit)
-            metrics.observe(self.picker.name, timer() - t0)  # type: ignore[union-attr]
+            metrics.observe(self.picker.name, timer() - t0)
         # by identity, not ==: comparing frozen views field by field costs more than the whole decision
         best = totals[list(map(id, remaining)).index(id(ordered[0]))] if self.scorers else None
         reason = self.picker.name if best is None else f"{self.picker.name} score {best:.3f} of {n}"
@@ -251,14 +248,13 @@ def _clamped(scores: Sequence[float]) -> list[float]:
     return [0.0 if s != s else (1.0 if s > 1.0 else (0.0 if s < 0.0 else s)) for s in scores]
 
 
-def _without_nan(explained: list, n: int, metrics: SchedulingMetrics | None) -> tuple[list, list[float]]:
+def _without_nan(explained: list, n: int, metrics: SchedulingMetrics) -> tuple[list, list[float]]:
     """The rare path: scores with a NaN that min/max did not see, clamped, and the totals again."""
     fixed, totals = [], [0.0] * n
     for name, w, scores in explained:
         if any(s != s for s in scores):
             scores = _clamped(scores)
-            if metrics is not None:
-                metrics.clamped(name)
+            metrics.clamped(name)
         fixed.append((name, w, scores))
         totals = [t + w * s for t, s in zip(totals, scores)]
     return fixed, totals

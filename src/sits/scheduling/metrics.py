@@ -70,3 +70,30 @@ class SchedulingMetrics:
         names = sorted(set(self._calls) | set(self._clamped) | set(self._broken))
         return [PluginTiming(n, self._calls.get(n, 0), self._ns.get(n, 0), self._clamped.get(n, 0),
                              self._broken.get(n, 0)) for n in names]
+
+
+class NoSchedulingMetrics(SchedulingMetrics):
+    """Scheduling without metrics (tests, `sits simulate`): nothing counted, no plugin timed."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(lambda: 0)
+
+    def decision(self, profile: str) -> bool:
+        return False
+
+    def observe(self, plugin: str, ns: int) -> None:
+        return None
+
+    def clamped(self, plugin: str) -> None:
+        return None
+
+    def broken(self, plugin: str) -> None:
+        return None
+
+    def no_candidate(self, profile: str, filter_name: str) -> None:
+        return None
+
+
+NO_SCHEDULING_METRICS = NoSchedulingMetrics()

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sits.scheduling.candidate_sample import CandidateSample
 from sits.scheduling.framework import Profile, WeightedScorer
-from sits.scheduling.metrics import SchedulingMetrics
+from sits.scheduling.metrics import NO_SCHEDULING_METRICS, SchedulingMetrics
 from sits.scheduling.registry import PluginRegistry, builtin_plugins
 from sits.scheduling.scheduler import Scheduler
 
@@ -146,7 +146,7 @@ def build_profile(plugins: PluginRegistry, name: str, spec: ProfileSpec) -> Prof
 
 
 def build_scheduler(
-    policy: RoutingPolicy, plugins: PluginRegistry | None = None, metrics: SchedulingMetrics | None = None
+    policy: RoutingPolicy, plugins: PluginRegistry | None = None, metrics: SchedulingMetrics = NO_SCHEDULING_METRICS
 ) -> Scheduler:
     """Fresh plugin instances for one gateway (or one simulation run): nothing is shared."""
     plugins = plugins or builtin_plugins()

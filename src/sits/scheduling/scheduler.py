@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sits.scheduling.framework import DEFAULT_PICK_LIMIT, Decision, Profile
-from sits.scheduling.metrics import SchedulingMetrics
+from sits.scheduling.metrics import NO_SCHEDULING_METRICS, SchedulingMetrics
 from sits.scheduling.profile_handlers import ProfileHandler
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
@@ -17,7 +17,7 @@ class Scheduler:
     handler: ProfileHandler
     profiles: Mapping[str, Profile]
     shadows: tuple[str, ...] = ()
-    metrics: SchedulingMetrics | None = None
+    metrics: SchedulingMetrics = NO_SCHEDULING_METRICS
     # Shadows draw from their own RNG so that adding one never changes the primary's picks.
     shadow_rng: random.Random = field(default_factory=lambda: random.Random(0))
 
@@ -37,6 +37,6 @@ class Scheduler:
         decision = self.profiles[primary].run(request, endpoints, rng, self.metrics, limit)
         if not self.shadows:
             return decision
-        shadows = tuple(self.profiles[s].run(request, endpoints, self.shadow_rng, None, limit)
+        shadows = tuple(self.profiles[s].run(request, endpoints, self.shadow_rng, NO_SCHEDULING_METRICS, limit)
                         for s in self.shadows if s != primary)
         return decision._replace(shadows=shadows)

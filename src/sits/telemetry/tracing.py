@@ -2,7 +2,9 @@
 trace context and baggage in from clients and out to upstreams, and spans named by stage.
 
 Off unless an OTLP endpoint is configured; then requests that are not sampled still carry the
-caller's trace id to the upstream, and cost one sampler call. Span shapes:
+caller's trace id to the upstream, and cost one sampler call. Every request has a trace object: with
+tracing off it is `NO_TRACE`, whose operations do nothing, so no stage asks whether tracing is on; a
+stage that would build span attributes first looks at `trace.recording`. Span shapes:
 
     POST /v1/chat/completions   (SERVER, key)      the whole request at the gateway
     ├── sits.classify / sits.admit / sits.schedule  stages (dropped first when export degrades)
@@ -77,11 +79,16 @@ class RequestTrace:
         child._baggage = self._baggage
         return child
 
-    def attempt(self, operation: str, upstream_model: str, attributes: Mapping[str, Any]) -> tuple[Span | None, bytes]:
+    def attempt(self, api: str, upstream_model: str, host: str, port: int | None, endpoint: str,
+                model: str) -> tuple[Span | None, bytes]:
         """A CLIENT span for one upstream attempt, and the header lines that carry it upstream."""
         if self.recording:
+            operation = operation_of(api)
             span = self._tracer.start_span(f"{operation} {upstream_model}", context=self.context,
-                                           kind=SpanKind.CLIENT, attributes=attributes)
+                                           kind=SpanKind.CLIENT, attributes={
+                                               "gen_ai.operation.name": operation, "gen_ai.provider.name": "openai",
+                                               "gen_ai.request.model": upstream_model, "server.address": host,
+                                               "server.port": port, "sits.endpoint": endpoint, "sits.model": model})
         else:
             span = None
         # W3C traceparent written directly (the propagator's generic carrier costs more than the span);
@@ -100,9 +107,48 @@ class RequestTrace:
                 root.set_status(Status(StatusCode.ERROR, error))
         root.end()
 
+    def served(self, status: int, model: str, endpoint: str, route: str, usage: tuple[int, int] | None,
+               error: str | None) -> None:
+        """End the request's span with what answered it."""
+        attributes: dict[str, Any] | None = None
+        if self.recording:
+            attributes = {"gen_ai.response.model": model, "sits.endpoint": endpoint, "sits.route": route}
+            if usage is not None:
+                attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"] = usage
+        self.finish(status, attributes, error)
+
     @property
     def trace_id(self) -> str:
         return format(self.root.get_span_context().trace_id, "032x")
+
+
+class NoTrace:
+    """The trace of a request when tracing is off: every operation does nothing."""
+
+    __slots__ = ()
+    recording = False
+    trace_id = ""
+
+    def stage(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        return None
+
+    def within(self, span: Span | None) -> NoTrace:
+        return self
+
+    def attempt(self, api: str, upstream_model: str, host: str, port: int | None, endpoint: str,
+                model: str) -> tuple[None, bytes]:
+        return None, b""
+
+    def finish(self, status: int, attributes: Mapping[str, Any] | None = None, error: str | None = None) -> None:
+        return None
+
+    def served(self, status: int, model: str, endpoint: str, route: str, usage: tuple[int, int] | None,
+               error: str | None) -> None:
+        return None
+
+
+NO_TRACE = NoTrace()
+Trace = RequestTrace | NoTrace  # what a request carries: its spans, or nothing to record
 
 
 def end_span(span: Span | None, error: str | None = None, attributes: Mapping[str, Any] | None = None) -> None:
@@ -139,9 +185,9 @@ class Tracing:
         self._tracer = self._provider.get_tracer("sits")
 
     def start_request(self, method: str, path: str, headers: Mapping[str, str],
-                      attributes: Mapping[str, Any]) -> RequestTrace | None:
+                      attributes: Mapping[str, Any]) -> Trace:
         if not self.enabled:
-            return None
+            return NO_TRACE
         baggage = headers.get("baggage")
         parent = _PROPAGATOR.extract(headers) if baggage or "traceparent" in headers else Context()
         root = self._tracer.start_span(f"{method} {path}", context=parent, kind=SpanKind.SERVER,

@@ -26,6 +26,7 @@ from sits.pipeline.pool_planner import Allowed, PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from sits.telemetry.tracing import NO_TRACE
 from sits.understanding.understander import RequestUnderstander
 
 log = logging.getLogger("sits.epp")
@@ -57,7 +58,7 @@ class Pick:
 class EndpointPicker:
     def __init__(self, table: Callable[[], RoutingTable], planner: PoolPlanner, admission: Admission | None,
                  keys: DataPlaneKeys, stats: StatsStore, clock: Callable[[], float],
-                 understander: Callable[[], RequestUnderstander | None], hints: Callable[[], SchedulingHints | None],
+                 understander: Callable[[], RequestUnderstander | None], hints: SchedulingHints | None,
                  ready: Callable[[], tuple[bool, str]], max_body_bytes: int, fallbacks: int = 0) -> None:
         self._table = table
         self._planner = planner
@@ -69,14 +70,7 @@ class EndpointPicker:
         self._ready = ready
         self.max_body_bytes = max_body_bytes
         self._destinations = 1 + fallbacks  # the pick, then fallbacks the proxy may retry in order
-        self._understander = understander
-        self._resolvers: tuple[SchedulingHints | None, ModelResolver] | None = None
-
-    def _resolver(self) -> ModelResolver:
-        hints = self._hints()  # attached at build; rebuild the resolver if that ever changes
-        if self._resolvers is None or self._resolvers[0] is not hints:
-            self._resolvers = (hints, ModelResolver(self._understander, None, hints, self._planner.tier_load))
-        return self._resolvers[1]
+        self._resolver = ModelResolver(understander, None, hints, planner.tier_load)
 
     async def pick(self, headers: dict[str, str], body: bytes, subset: frozenset[str] | None,
                    request_id: str) -> Pick:
@@ -100,11 +94,11 @@ class EndpointPicker:
         prompt_text = schema.prompt_text(parsed)
         model_name: str = parsed["model"]
         token = bearer_token(request) if self._admission is not None else None
-        priority = self._admission.priority_of(headers.get("x-sits-priority"), token, model_name) \
+        priority = int(self._admission.rules.resolve(headers.get("x-sits-priority"), token, model_name)) \
             if self._admission is not None else 1
         routing = RequestIntake.routing(api_path, schema, parsed, parsed.get("stream") is True, request, request_id,
-                                        prompt_text, priority, "anonymous", None)
-        resolver = self._resolver()
+                                        prompt_text, priority, "anonymous", NO_TRACE)
+        resolver = self._resolver
         resolved = resolver.named(table, routing) or await resolver.resolve(table, routing)
         tier: str | None = None
         if isinstance(resolved, Resolution):
@@ -162,7 +156,7 @@ class EndpointPicker:
             payload = orjson.loads(body)
             payload["model"] = primary.upstream_model
             sent = orjson.dumps(payload)
-        hints = self._hints()
+        hints = self._hints
         if hints is not None and picked.model.name != routing.model:
             sent = hints.translated(routing.model, picked.model.name, routing.prompt_text, sent)  # another family?
         return Pick(picked.model.name, endpoints, sent if sent is not body else None, picked.route + why, ticket)

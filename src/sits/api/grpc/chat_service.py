@@ -29,6 +29,7 @@ from sits.api.http_types import HttpRequest
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.request_intake import RequestIntake
 from sits.api.schemas import CHAT_COMPLETION
+from sits.telemetry.tracing import NO_TRACE
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.answer import Answer
@@ -203,7 +204,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         prompt = CHAT_COMPLETION.prompt_text(body)
         seen = self._observer.begin(headers, API, request_id, model, body) if self._observer else None
         routing = self._intake.routing(API, CHAT_COMPLETION, body, stream, headers, request_id, prompt, priority, scope,
-                                       seen.trace if seen is not None else None)
+                                       seen.trace if seen is not None else NO_TRACE)
         return _Call(routing, json_body, request.response_compression, request.include_usage, seen)
 
     def _unwrap_lz4(self, request: pb.ChatCompletionRequest) -> pb.ChatCompletionRequest:

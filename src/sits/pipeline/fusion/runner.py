@@ -319,8 +319,8 @@ class WorkflowRunner:
         t0 = self._clock()
         trace = run.request.trace
         span = trace.stage("workflow.call", {"sits.workflow": run.name, "sits.workflow.call": call_id,
-                                             "gen_ai.request.model": model}) if trace is not None else None
-        parent = run.request._replace(trace=trace.within(span)) if trace is not None else run.request
+                                             "gen_ai.request.model": model})
+        parent = run.request._replace(trace=trace.within(span))
         try:
             answer = await call_model(self._director, parent, request_id, model, messages, params)
         except BaseException as exc:
@@ -349,7 +349,7 @@ class WorkflowRunner:
 def _step_span(run: _Run, name: str) -> Iterator[None]:
     """A `sits.workflow.<name>` span around one stage of a run (when the request is traced)."""
     trace = run.request.trace
-    span = trace.stage(f"workflow.{name}", {"sits.workflow": run.name}) if trace is not None else None
+    span = trace.stage(f"workflow.{name}", {"sits.workflow": run.name})
     try:
         yield
     except BaseException as exc:

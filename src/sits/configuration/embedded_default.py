@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sits.control.config import ControlConfig, GatewayConfig, LocalModelConfig, ModelConfig, ServerConfig, parse_config
+from sits.configuration.gateway import GatewayConfig, parse_config, with_sections
+from sits.control.config import ControlConfig, LocalModelConfig, ModelConfig, ServerConfig
 from sits.errors import ConfigError
 
 
@@ -17,8 +18,7 @@ def with_embedded_models(config: GatewayConfig) -> GatewayConfig:
         return config
     own = {m.name for m in config.models}
     extra = [m for m in embedded_models() if m.name not in own]
-    merged = config.model_dump() | {"models": [m.model_dump() for m in [*config.models, *extra]]}
-    return parse_config(merged, source="config + embedded models")
+    return with_sections(config, "config + embedded models", models=[*config.models, *extra])
 
 
 def embedded_models() -> list[ModelConfig]:
