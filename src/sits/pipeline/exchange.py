@@ -61,8 +61,7 @@ class Exchange:
             headers.append((b"x-sits-intent", self.intent.encode("latin-1", "replace")))
         return headers
 
-    def usage(self, body: bytes) -> tuple[int, int] | None:
-        return usage_of(body)
+    usage = staticmethod(usage_of)  # the Answer's usage(body): no frame of its own on the hot path
 
     def content_type(self) -> bytes:
         value = self.response.headers.get("content-type")
