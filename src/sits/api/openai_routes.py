@@ -106,7 +106,7 @@ class OpenAIRoutes:
                     answer.usage(payload), prompt=prompt_text)
         if answer.cache_key is not None:
             self._director.remember(answer, completion_from_json(api, payload))
-        return HttpResponse(200, payload, content_type=answer.content_type(), headers=headers)
+        return HttpResponse(200, payload, content_type=answer.content_type, headers=headers)
 
     def _note_unknown_fields(self, api: str, extra: list[str]) -> None:
         """Unknown fields are forwarded unchanged; say so once per field name (bounded)."""

@@ -37,7 +37,7 @@ class Answer(Protocol):
         (empty when the stream had none); None when unknown."""
         ...
 
-    def content_type(self) -> bytes: ...
+    content_type: bytes  # of `read()`'s body, known once it returned
 
     async def read(self) -> bytes:
         """The whole answer: a JSON body (chat or text completion, or embeddings)."""

@@ -23,6 +23,7 @@ class CannedAnswer:
     # An answer the gateway made: no upstream byte to time, nothing new to store.
     first_byte_at = None
     cache_key = None
+    content_type = JSON
 
     @property
     def source(self) -> str:
@@ -44,9 +45,6 @@ class CannedAnswer:
 
     def usage(self, body: bytes) -> tuple[int, int] | None:
         return None  # no upstream tokens were spent on it
-
-    def content_type(self) -> bytes:
-        return JSON
 
     async def read(self) -> bytes:
         return render_completion(self.hit, self.request_id)

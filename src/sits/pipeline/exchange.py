@@ -19,7 +19,7 @@ from sits.telemetry.tracing import Span, end_span
 
 class Exchange:
     __slots__ = ("endpoint", "source", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent",
-                 "span", "first_byte_at", "_guard", "_stats", "_clock", "_started", "_open", "_chunks", "_first")
+                 "span", "first_byte_at", "content_type", "_guard", "_stats", "_clock", "_started", "_open", "_chunks", "_first")
 
     def __init__(
         self,
@@ -63,15 +63,13 @@ class Exchange:
 
     usage = staticmethod(usage_of)  # the Answer's usage(body): no frame of its own on the hot path
 
-    def content_type(self) -> bytes:
-        value = self.response.headers.get("content-type")
-        return JSON if value is None else value.encode("latin-1")
-
     async def read(self) -> bytes:
         ok = False
         try:
             body = await self.response.read()
             ok = True
+            value = self.response.headers.get("content-type")
+            self.content_type = JSON if value is None else value.encode("latin-1")
             return body
         finally:
             self._finish(ok)

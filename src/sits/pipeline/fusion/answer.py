@@ -18,6 +18,7 @@ class WorkflowAnswer:
     attempts = ""
     first_byte_at = None
     cache_key = None
+    content_type = JSON
 
     def __init__(self, result: WorkflowResult, request_id: str) -> None:
         self.result = result
@@ -31,9 +32,6 @@ class WorkflowAnswer:
 
     def usage(self, body: bytes) -> tuple[int, int] | None:
         return self.result.prompt_tokens, self.result.completion_tokens  # every step's tokens
-
-    def content_type(self) -> bytes:
-        return JSON
 
     async def read(self) -> bytes:
         return render.render_json(self.result, self.request_id)
