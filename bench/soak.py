@@ -8,9 +8,11 @@ completions, and a share of streams the client drops after the first bytes (disc
 Every `--sample-s` seconds it reads the gateway's /metrics: resident memory, open descriptors, event-loop
 tasks.
 
-Pass criteria (`--check`, exit 1 when one fails):
-- resident memory at the end at most 5% above the first sample after the warm-up (`--warmup-min`);
-- open descriptors and event-loop tasks at the end back to (at most a few above) their warm-up values;
+The gateway is sampled idle (every client connection closed) twice: after a `--warmup-min` warm-up at the
+same load, and after the soak. Pass criteria (`--check`, exit 1 when one fails):
+- resident memory idle after the soak at most 5% above idle after the warm-up;
+- open descriptors and event-loop tasks idle after the soak back to (at most a few above) their values
+  idle after the warm-up;
 - no client error outside the restart window (the injected 500s are retried, so clients see none).
 
     python bench/soak.py --minutes 20 --rate 300 --json bench/results/soak.json --plot bench/results/soak.png
@@ -42,8 +44,9 @@ from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa
 
 MAX_IN_FLIGHT = 512  # the open loop never holds more requests than this (a stalled gateway cannot run it away)
 RESTART_GRACE_S = 5.0  # client errors this close to the upstream restart are the restart's, not a defect
-FD_SLACK = 8  # descriptors above the warm-up value still counted as flat (pooled connections come and go)
-TASK_SLACK = 8
+QUIET_S = 5.0  # idle time before an idle sample: closed client connections are gone from the gateway by then
+FD_SLACK = 16  # descriptors above the first idle sample still counted as flat (idle upstream connections)
+TASK_SLACK = 4
 
 
 @dataclass
@@ -125,36 +128,28 @@ async def _peak(url: str, seconds: float = 10.0, concurrency: int = 32) -> float
     return done / seconds
 
 
-async def _load(args: argparse.Namespace, gateway_url: str, restart: asyncio.Event, restart_at: list[float],
-                samples: list[Sample], tally: Tally) -> None:
+async def _phase(args: argparse.Namespace, gateway_url: str, started: float, until_s: float,
+                 restart: asyncio.Event | None, restart_at: list[float], samples: list[Sample], tally: Tally,
+                 rng: random.Random) -> None:
+    """Open-loop load from `started` until `until_s` seconds after it, on one client session of its own;
+    `restart` is set half way through this phase when given."""
     url = gateway_url + "/v1/chat/completions"
-    rng = random.Random(args.seed)
-    duration_s = args.minutes * 60
     in_flight: set[asyncio.Task[None]] = set()
     gate = asyncio.Semaphore(MAX_IN_FLIGHT)
-    started = time.monotonic()
-    next_sample = started
-    restarted = False
+    phase_start = time.monotonic()
+    half = phase_start + (started + until_s - phase_start) / 2
+    next_sample = phase_start
+    sent_at_start = tally.sent
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=MAX_IN_FLIGHT),
                                      timeout=aiohttp.ClientTimeout(total=30)) as session:
-        sent_target = 0
-        while (now := time.monotonic()) - started < duration_s:
+        while (now := time.monotonic()) - started < until_s:
             if now >= next_sample:
-                metrics = await _scrape(session, gateway_url + "/metrics")
-                sample = Sample(round(now - started, 1), metrics.get("process_resident_memory_bytes", 0.0),
-                                metrics.get("process_open_fds", 0.0), metrics.get("sits_event_loop_tasks", 0.0),
-                                tally.sent, tally.ok, tally.errors, tally.dropped_by_client)
-                samples.append(sample)
-                print(f"  {sample.at_s:7.1f}s  rss {sample.rss_bytes / 2**20:7.1f} MiB  fds {sample.open_fds:4.0f}"
-                      f"  tasks {sample.tasks:4.0f}  sent {sample.sent}  ok {sample.ok}  errors {sample.errors}"
-                      f"  dropped {sample.dropped_by_client}  in flight {len(in_flight)}", flush=True)
+                samples.append(await _sample(session, gateway_url, started, tally, len(in_flight)))
                 next_sample += args.sample_s
-            if not restarted and now - started >= duration_s / 2:
-                restarted = True
+            if restart is not None and not restart.is_set() and now >= half:
                 restart.set()
-            due = int((now - started) * args.rate)
-            while sent_target < due:
-                sent_target += 1
+            due = int((now - phase_start) * args.rate)
+            while tally.sent - sent_at_start < due:
                 stream = rng.random() < args.stream_share
                 drop = stream and rng.random() < args.drop_share
                 await gate.acquire()
@@ -164,25 +159,60 @@ async def _load(args: argparse.Namespace, gateway_url: str, restart: asyncio.Eve
             await asyncio.sleep(0.005)
         if in_flight:
             await asyncio.wait(in_flight, timeout=30)
-        await asyncio.sleep(args.sample_s)  # let pooled connections settle, then the last sample
-        metrics = await _scrape(session, gateway_url + "/metrics")
-        samples.append(Sample(round(time.monotonic() - started, 1), metrics.get("process_resident_memory_bytes", 0.0),
-                              metrics.get("process_open_fds", 0.0), metrics.get("sits_event_loop_tasks", 0.0),
-                              tally.sent, tally.ok, tally.errors, tally.dropped_by_client))
 
 
-def _verdict(args: argparse.Namespace, samples: list[Sample], tally: Tally) -> dict[str, object]:
-    warm = [s for s in samples if s.at_s >= args.warmup_min * 60]
-    base, last = (warm[0], samples[-1]) if warm else (samples[0], samples[-1])
-    growth = (last.rss_bytes - base.rss_bytes) / base.rss_bytes if base.rss_bytes else 0.0
-    checks = {
-        "rss_growth_after_warmup": round(growth, 4),
+async def _quiet_sample(gateway_url: str, started: float, tally: Tally, quiet_s: float) -> Sample:
+    """With every client connection closed and `quiet_s` waited: what the gateway holds when idle."""
+    await asyncio.sleep(quiet_s)
+    async with aiohttp.ClientSession() as session:
+        sample = await _sample(session, gateway_url, started, tally, 0)
+    print("  (idle)", flush=True)
+    return sample
+
+
+async def _sample(session: aiohttp.ClientSession, gateway_url: str, started: float, tally: Tally,
+                  in_flight: int) -> Sample:
+    metrics = await _scrape(session, gateway_url + "/metrics")
+    sample = Sample(round(time.monotonic() - started, 1), metrics.get("process_resident_memory_bytes", 0.0),
+                    metrics.get("process_open_fds", 0.0), metrics.get("sits_event_loop_tasks", 0.0),
+                    tally.sent, tally.ok, tally.errors, tally.dropped_by_client)
+    print(f"  {sample.at_s:7.1f}s  rss {sample.rss_bytes / 2**20:7.1f} MiB  fds {sample.open_fds:4.0f}"
+          f"  tasks {sample.tasks:4.0f}  sent {sample.sent}  ok {sample.ok}  errors {sample.errors}"
+          f"  dropped {sample.dropped_by_client}  in flight {in_flight}", flush=True)
+    return sample
+
+
+async def _load(args: argparse.Namespace, gateway_url: str, restart: asyncio.Event, restart_at: list[float],
+                samples: list[Sample], tally: Tally) -> tuple[Sample, Sample]:
+    """Warm-up, an idle sample, the soak proper (with the restart), an idle sample: the two idle samples
+    are the gateway in the same state before and after the soak."""
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    warmup_s = args.warmup_min * 60
+    await _phase(args, gateway_url, started, warmup_s, None, restart_at, samples, tally, rng)
+    before = await _quiet_sample(gateway_url, started, tally, QUIET_S)
+    samples.append(before)
+    await _phase(args, gateway_url, started, warmup_s + QUIET_S + args.minutes * 60, restart, restart_at, samples,
+                 tally, rng)
+    after = await _quiet_sample(gateway_url, started, tally, QUIET_S)
+    samples.append(after)
+    return before, after
+
+
+def _verdict(before: Sample, after: Sample, tally: Tally) -> dict[str, object]:
+    growth = (after.rss_bytes - before.rss_bytes) / before.rss_bytes if before.rss_bytes else 0.0
+    checks: dict[str, object] = {
+        "rss_growth_idle_to_idle": round(growth, 4),
         "rss_within_5_percent": growth <= 0.05,
-        "fds_flat": last.open_fds <= base.open_fds + FD_SLACK,
-        "tasks_flat": last.tasks <= base.tasks + TASK_SLACK,
+        "idle_fds": [before.open_fds, after.open_fds],
+        "fds_flat": after.open_fds <= before.open_fds + FD_SLACK,
+        "idle_tasks": [before.tasks, after.tasks],
+        "tasks_flat": after.tasks <= before.tasks + TASK_SLACK,
+        "client_errors_outside_restart_window": tally.errors - tally.errors_in_restart_window,
         "no_errors_beyond_injected": tally.errors == tally.errors_in_restart_window,
     }
-    checks["passed"] = all(v for k, v in checks.items() if k != "rss_growth_after_warmup")
+    checks["passed"] = all(checks[k] for k in ("rss_within_5_percent", "fds_flat", "tasks_flat",
+                                                 "no_errors_beyond_injected"))
     return checks
 
 
@@ -198,7 +228,7 @@ def _plot(samples: list[Sample], path: Path, warmup_min: float) -> bool:
     minutes = [s.at_s / 60 for s in samples]
     fig, (mem, fds) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     mem.plot(minutes, [s.rss_bytes / 2**20 for s in samples], label="resident memory (MiB)")
-    mem.axvline(warmup_min, color="grey", linestyle=":", label="end of warm-up")
+    mem.axvline(warmup_min, color="grey", linestyle=":", label="end of warm-up (idle sample)")
     mem.set_ylabel("MiB")
     mem.legend(loc="lower right")
     fds.plot(minutes, [s.open_fds for s in samples], label="open descriptors")
@@ -257,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             samples: list[Sample] = []
             tally = Tally()
             restart_at: list[float] = []
+            idle: list[Sample] = []
 
             async def run() -> None:
                 restart = asyncio.Event()
@@ -272,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                     restart_at.append(time.monotonic())
 
                 watcher = asyncio.create_task(restarter())
-                await _load(args, gateway_url, restart, restart_at, samples, tally)
+                idle.extend(await _load(args, gateway_url, restart, restart_at, samples, tally))
                 watcher.cancel()
 
             print(f"soak: {args.minutes} min at {args.rate} req/s, {args.stream_share:.0%} streamed, "
@@ -283,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"the gateway died:\n{gateway.log_tail()}")
         finally:
             procs.stop_all()
-    verdict = _verdict(args, samples, tally)
+    verdict = _verdict(idle[0], idle[1], tally)
     report = {"minutes": args.minutes, "rate": args.rate, "stream_share": args.stream_share,
               "drop_share": args.drop_share, "error_every": args.error_every, "warmup_min": args.warmup_min,
               "tally": asdict(tally), "verdict": verdict, "samples": [asdict(s) for s in samples]}
