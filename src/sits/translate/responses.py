@@ -206,8 +206,13 @@ def chat_request(body: dict[str, Any], history: list[dict[str, Any]], stream: bo
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(chat body, this request's input items). `history`: the chat messages of the conversation
     `previous_response_id` continues (its inputs and outputs), already in chat form."""
-    items = input_items(body)
-    messages = chat_messages(items)
+    value = body["input"]
+    if type(value) is str:  # the common case: one user message, no item to convert
+        items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+        messages = [{"role": "user", "content": value}]
+    else:
+        items = input_items(body)
+        messages = chat_messages(items)
     instructions = body.get("instructions")
     prefix = [{"role": "system", "content": instructions}] if instructions else []
     chat: dict[str, Any] = {"model": body["model"], "messages": [*prefix, *history, *messages]}
