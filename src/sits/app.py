@@ -39,7 +39,15 @@ from sits.api.http_types import HttpRequest
 from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
+from sits.api.messages_routes import COUNT_TOKENS as MESSAGES_COUNT_TOKENS
+from sits.api.messages_routes import PATH as MESSAGES
+from sits.api.messages_routes import PATHS as MESSAGES_PATHS
+from sits.api.messages_routes import MessagesRoutes, anthropic_errors
 from sits.api.openai_routes import OpenAIRoutes
+from sits.api.responses_routes import PATH as RESPONSES
+from sits.api.responses_routes import PREFIX as RESPONSES_PREFIX
+from sits.api.responses_routes import ResponsesRoutes
+from sits.api.surface_path import SurfacePath
 from sits.api.tenant_routes import RouteTables, TenantRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
@@ -84,6 +92,7 @@ from sits.state.registry_store import RegistryStore
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.live_table import LiveTable
 from sits.state.routing_table import RoutingTable
+from sits.state.response_store import build_response_store
 from sits.state.semantic_cache_factory import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.metrics import GatewayMetrics, NoMetrics
@@ -110,7 +119,8 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 REGISTRY_SYNC_S = 0.5
-DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files"})
+DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files",
+                              RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS})
 
 
 def replica_id(base: str, settings: Settings) -> str:
@@ -267,9 +277,18 @@ class Gateway:
         tenant_routes, tenant_prefixes = self._tenant_routes(admin_guard) if self.tenant_store is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
+        # The Responses and Messages APIs: translated to chat completions, the same request path.
+        surface_path = SurfacePath(director, observer, self.admission)
+        self._response_store = build_response_store(config.responses)
+        responses = ResponsesRoutes(surface_path, self._response_store, self._client_keys,
+                                    config.responses.max_record_bytes)
+        messages = MessagesRoutes(surface_path, self.tokenizers, self.routing_table)
         self.handler = Dispatcher(
             {
                 ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
+                ("POST", RESPONSES): responses.create,
+                ("POST", MESSAGES): anthropic_errors(messages.create, self._client_keys),
+                ("POST", MESSAGES_COUNT_TOKENS): anthropic_errors(messages.count_tokens, self._client_keys),
                 ("POST", "/v1/files"): files.upload,
                 ("POST", "/v1/completions"): openai_routes.completions,
                 ("POST", "/v1/embeddings"): openai_routes.embeddings,
@@ -295,7 +314,8 @@ class Gateway:
                 **({("GET", "/dashboard"): telemetry_routes.dashboard} if telemetry.dashboard else {}),
                 **tenant_routes,
             },
-            prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
+            prefix_routes={RESPONSES_PREFIX: responses.resource, CONTROL_PREFIX: control_routes.model_resource,
+                           ALIASES_PREFIX: cluster_routes.alias_resource,
                            ADAPTERS_PREFIX: adapter_routes.adapter_resource, **tenant_prefixes,
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
             before=self._authenticate if self._client_keys.enabled else None,
@@ -381,7 +401,7 @@ class Gateway:
         await self._adapters_restored.finished()
 
     def _authenticate(self, request: HttpRequest, path: str) -> None:
-        if path in DATA_PLANE_PATHS:
+        if path in DATA_PLANE_PATHS and path not in MESSAGES_PATHS:  # those answer a refused key themselves
             self._client_keys.check(request)
 
     # -- lifecycle -------------------------------------------------------------
@@ -457,6 +477,7 @@ class Gateway:
         await self.kv_migrator.stop()
         await self.cluster.stop()
         await self._answers.close()
+        await self._response_store.close()
         if self._understander is not None:
             await self._understander.aclose()
         await self._guarded_pool.close()

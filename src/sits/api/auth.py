@@ -11,10 +11,13 @@ from sits.errors import Forbidden, Unauthorized
 
 
 def bearer_token(request: HttpRequest) -> str | None:
-    """The token of an `Authorization: Bearer ...` header, if there is one."""
+    """The token of an `Authorization: Bearer ...` header, else of `x-api-key` (how Anthropic's
+    clients send their key), if there is one."""
     value = request.headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.headers.get("x-api-key") or None
 
 
 class AdminGuard:

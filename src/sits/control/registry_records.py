@@ -26,6 +26,7 @@ class EndpointRecord:
     upstream_model: str | None = None
     key_env: str | None = None
     timeouts: EndpointTimeouts = EndpointTimeouts()
+    api: str = "openai"  # the HTTP API it speaks: "openai" or "anthropic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ def records_from_config(models: Sequence[ModelConfig], local_urls: dict[str, str
                     id=endpoint_id(m.name, j), url=ep.url, weight=ep.weight, upstream_model=ep.upstream_model,
                     key_env=ep.api_key_env,
                     timeouts=EndpointTimeouts(ep.timeouts.connect_s, ep.timeouts.first_byte_s, ep.timeouts.total_s),
+                    api=ep.api,
                 )
                 for j, ep in enumerate(m.endpoints)
             )
