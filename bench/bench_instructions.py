@@ -56,24 +56,36 @@ models:
 TENANTS_SECRET = "bench-key-secret"
 TENANTS_KEY = "sk-bench-tenant-key"
 
+# The same question on each API surface: (path, body, extra headers, what a complete stream ends with).
+# Responses runs with store: false, so the figure is the translation's cost, not the response store's.
+SURFACES = {
+    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello there"}]}, {}, b"[DONE]"),
+    "responses": ("/v1/responses", {"input": "hello there", "store": False}, {}, b"response.completed"),
+    "messages": ("/v1/messages", {"max_tokens": 64, "messages": [{"role": "user", "content": "hello there"}]},
+                 {"anthropic-version": "2023-06-01"}, b"message_stop"),
+}
 
-async def _load(port: int, stream: bool, requests: int, concurrency: int, api_key: str | None = None) -> float:
-    """Closed loop: `requests` chat completions over `concurrency` keep-alive connections; seconds taken."""
+
+async def _load(port: int, stream: bool, requests: int, concurrency: int, surface: str = "chat",
+                api_key: str | None = None) -> float:
+    """Closed loop: `requests` requests of `surface` over `concurrency` keep-alive connections; seconds taken."""
     import aiohttp
 
-    body = {"model": "bench-model", "messages": [{"role": "user", "content": "hello there"}], "stream": stream}
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    path, fields, headers, end = SURFACES[surface]
+    body = {"model": "bench-model", **fields, "stream": stream}
+    url = f"http://127.0.0.1:{port}{path}"
     left = requests
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    if api_key:
+        headers = {**headers, "Authorization": f"Bearer {api_key}"}
 
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency), headers=headers) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         async def worker() -> None:
             nonlocal left
             while left > 0:
                 left -= 1
-                async with session.post(url, json=body) as response:
+                async with session.post(url, json=body, headers=headers) as response:
                     payload = await response.read()
-                    if response.status != 200 or (stream and not payload.rstrip().endswith(b"[DONE]")):
+                    if response.status != 200 or (stream and payload.rfind(end) < 0):
                         raise RuntimeError(f"bad answer: HTTP {response.status} {payload[:200]!r}")
 
         started = time.monotonic()
@@ -83,12 +95,12 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int, api_ke
 
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
             procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0,
-            tenants_redis: str | None = None) -> dict:
+            surface: str = "chat", tenants_redis: str | None = None) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
                                         "--event-gap-ms", str(event_gap_ms)], cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
     port = free_port()
-    out = out_dir / f"callgrind-{'stream' if stream else 'nonstream'}.out"
+    out = out_dir / f"callgrind-{surface}-{'stream' if stream else 'nonstream'}.out"
     env = {**os.environ, "PYTHONPATH": str(src), "SITS_LOG_LEVEL": "warning"}
     upstream_url = f"http://127.0.0.1:{upstream_port}/v1"
     if server == "sits":
@@ -114,9 +126,9 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
         else:
             wait_for_line(gateway, "PORT", 600)
         api_key = TENANTS_KEY if tenants_redis is not None else None
-        asyncio.run(_load(port, stream, warmup, concurrency, api_key))
+        asyncio.run(_load(port, stream, warmup, concurrency, surface, api_key))
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
-        seconds = asyncio.run(_load(port, stream, requests, concurrency, api_key))
+        seconds = asyncio.run(_load(port, stream, requests, concurrency, surface, api_key))
         subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
         subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
         time.sleep(1.0)
@@ -126,7 +138,8 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
         procs.stop(upstream)
     if total <= 0:
         raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
-    return {"server": server, "mode": "stream" if stream else "nonstream", "requests": requests, "concurrency": concurrency,
+    return {"server": server, "surface": surface, "mode": "stream" if stream else "nonstream", "requests": requests,
+            "concurrency": concurrency,
             "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None,
             "instructions": total, "instructions_per_request": round(total / requests),
             "seconds_under_valgrind": round(seconds, 1)}
@@ -150,11 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--event-gap-ms", type=float, default=0.0,
                     help="the upstream writes each streamed event on its own, this many ms apart, as a model server "
                     "does (default 0: all events in one write); prices relaying one event, e.g. 5 with --concurrency 2")
+    ap.add_argument("--surface", default="chat", help="the API surface(s) the load speaks, comma-separated: "
+                    "chat (/v1/chat/completions), responses (/v1/responses), messages (/v1/messages)")
     ap.add_argument("--tenants", action="store_true",
                     help="turn the key gate on: a tenant key with rpm, tpm and concurrency limits counted in Redis "
                     "(--redis-url) and daily and monthly budgets, a priced model (bench/sits_bench_keys.py)")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis --tenants counts limits in")
     args = ap.parse_args(argv)
+    surfaces = args.surface.split(",")
+    if not set(surfaces) <= set(SURFACES):
+        ap.error(f"--surface: each of {sorted(SURFACES)}")
+    if args.server != "sits" and surfaces != ["chat"]:
+        ap.error("--surface other than chat needs --server sits (the floors speak chat completions only)")
     if args.requests < 1 or args.requests > 100_000:
         ap.error("--requests must be in 1..100000")
     rows = []
@@ -166,18 +186,20 @@ def main(argv: list[str] | None = None) -> int:
             args.src = patched
         procs = ProcessSet(Path(tmp) / "logs")
         try:
-            for mode in args.modes.split(","):
-                rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests, args.warmup,
-                                    args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms,
-                                    args.redis_url if args.tenants else None))
+            for surface in surfaces:
+                for mode in args.modes.split(","):
+                    rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests,
+                                        args.warmup, args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms,
+                                        surface, args.redis_url if args.tenants else None))
         finally:
             procs.stop_all()
     print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}; "
           f"tenants: {'on (limits in ' + args.redis_url + ')' if args.tenants else 'off'}\n")
-    print("| mode | requests | concurrency | upstream event gap (ms) | instructions per request |")
-    print("|---|---:|---:|---:|---:|")
+    print("| surface | mode | requests | concurrency | upstream event gap (ms) | instructions per request |")
+    print("|---|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['event_gap_ms']:g} | {r['instructions_per_request']:,} |")
+        print(f"| {r['surface']} | {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['event_gap_ms']:g} "
+              f"| {r['instructions_per_request']:,} |")
     if args.json:
         args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()),
                                         "patch": str(args.patch) if args.patch else None, "results": rows},

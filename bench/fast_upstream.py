@@ -7,6 +7,7 @@ Raw asyncio.Protocol + httptools (llhttp) on uvloop; every response is prebuilt 
                                            chunked transfer encoding, one write (with
                                            --event-gap-ms G: each event its own write, G ms
                                            apart, as a model server streams tokens)
+- with --error-every N, every Nth completion is a 500 error instead (injected upstream errors)
 - GET  /v1/models, GET /health          -> model list / ok
 - GET  /stats                           -> {"connections": opened so far, "completions": answered so far}
 - anything else                         -> 404 JSON
@@ -115,6 +116,9 @@ _MODELS_RESP = {k: _response(b"200 OK", b"application/json", _MODELS, k) for k i
 _HEALTH_RESP = {k: _response(b"200 OK", b"application/json", b'{"status":"ok"}', k) for k in (True, False)}
 _NOT_FOUND_RESP = {k: _response(b"404 Not Found", b"application/json", _NOT_FOUND, k) for k in (True, False)}
 _BAD_REQUEST_RESP = _response(b"400 Bad Request", b"application/json", _BAD_REQUEST, False)
+_INJECTED = orjson.dumps({"error": {"message": "injected upstream error", "type": "server_error", "code": "injected"}})
+_INJECTED_RESP = {k: _response(b"500 Internal Server Error", b"application/json", _INJECTED, k) for k in (True, False)}
+ERROR_EVERY = 0  # --error-every N: every Nth completion fails
 
 
 def _wants_stream(body: bytes) -> bool:
@@ -186,7 +190,9 @@ class UpstreamProtocol(asyncio.Protocol):
         if method == b"POST" and path == b"/v1/chat/completions":
             body = b"".join(self.body)
             Stats.completions += 1
-            if not _wants_stream(body):
+            if ERROR_EVERY and Stats.completions % ERROR_EVERY == 0:
+                transport.write(_INJECTED_RESP[keep])
+            elif not _wants_stream(body):
                 transport.write(_COMPLETION[keep])
             elif EVENT_GAP_S > 0:
                 self._write_spaced(_STREAM_PIECES[keep], keep)
@@ -241,11 +247,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--event-gap-ms", type=float, default=0.0,
                     help="stream each SSE event in its own write, this many ms apart (default: all in one write)")
+    ap.add_argument("--error-every", type=int, default=0,
+                    help="answer every Nth completion with a 500 error (default 0: never)")
     args = ap.parse_args(argv)
     if not 0 <= args.event_gap_ms <= 1000:
         ap.error("--event-gap-ms must be in 0..1000")
-    global EVENT_GAP_S
+    if args.error_every < 0:
+        ap.error("--error-every must be 0 or more")
+    global EVENT_GAP_S, ERROR_EVERY
     EVENT_GAP_S = args.event_gap_ms / 1000
+    ERROR_EVERY = args.error_every
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         ap.error("the bench upstream binds loopback only")
     import uvloop

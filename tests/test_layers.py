@@ -12,15 +12,16 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "sits"
 
 ALLOWED = {
     "api": {"api", "pipeline", "understanding", "scheduling", "backends", "control", "tenants", "state", "telemetry",
-            "runtime"},
-    "pipeline": {"pipeline", "scheduling", "state", "backends", "understanding", "telemetry", "runtime"},
+            "runtime", "translate"},
+    "pipeline": {"pipeline", "scheduling", "state", "backends", "understanding", "telemetry", "runtime", "translate"},
     "understanding": {"understanding", "telemetry", "runtime"},
     "scheduling": {"scheduling"},
-    "backends": {"backends", "state", "telemetry", "runtime"},
+    "backends": {"backends", "state", "telemetry", "runtime", "translate"},
     "control": {"control", "state", "backends", "telemetry", "runtime"},
     "state": {"state", "telemetry", "runtime"},
     "telemetry": {"telemetry"},
     "runtime": {"runtime"},
+    "translate": {"translate"},  # wire formats <-> chat completions: pure functions (docs/responses-and-messages.md)
     "simulate": {"simulate", "scheduling", "state"},
     "tenants": {"tenants", "state", "telemetry", "runtime"},
     # the whole config schema, composed from every layer's section schema, above all of them

@@ -15,7 +15,6 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-
 from sits.api.attachments import FileRoutes
 from sits.api.adapter_routes import COLLECTION as ADAPTERS
 from sits.api.adapter_routes import PREFIX as ADAPTERS_PREFIX
@@ -41,7 +40,16 @@ from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
 from sits.api.tenant_gate import HttpTenantGate, PromptTokens
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
+from sits.api.messages_routes import COUNT_TOKENS as MESSAGES_COUNT_TOKENS
+from sits.api.messages_routes import PATH as MESSAGES
+from sits.api.messages_routes import PATHS as MESSAGES_PATHS
+from sits.api.messages_routes import MessagesRoutes, anthropic_errors
 from sits.api.openai_routes import OpenAIRoutes
+from sits.api.responses_routes import PATH as RESPONSES
+from sits.api.responses_routes import PREFIX as RESPONSES_PREFIX
+from sits.api.responses_routes import ResponsesRoutes
+from sits.api.surface_path import SurfacePath
+from sits.api.tenant_routes import RouteTables, TenantRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
 from sits.api.tokenizer_routes import TokenizerRoutes
@@ -86,19 +94,27 @@ from sits.state.registry_store import RegistryStore
 from sits.state.retry_budget import RetryBudget, RetryBudgetPolicy
 from sits.state.live_table import LiveTable
 from sits.state.routing_table import RoutingTable
+from sits.state.response_store import build_response_store
 from sits.state.semantic_cache_factory import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
-from sits.tenants.budget import BudgetChecks, PeriodSpend, no_spend
+from sits.tenants.budget import BudgetChecks, PeriodSpend
 from sits.tenants.config import TenantsConfig
 from sits.tenants.gate import GateSettings, TenantGate
 from sits.tenants.limiter import Limiter
-from sits.tenants.redis_wire import RedisWire
 from sits.tenants.metrics import TenantMetrics
-from sits.tenants.records import KeyDirectory, KeyRecord, SpendRecord, SpendSink, TeamRecord
+from sits.tenants.records import KeyDirectory, SpendSink
+from sits.tenants.redis_wire import RedisWire
+from sits.tenants.directory import LiveKeyDirectory
+from sits.tenants.key_lifecycle import KeyLifecycle
+from sits.tenants.key_secret import key_secret
+from sits.tenants.spend_log import SpendLog
+from sits.tenants.spend_store import SpendStore
+from sits.tenants.store import TenantStore
+from sits.tenants.store_metrics import TenantStoreMetrics
 from sits.understanding.factory import build_understander
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
@@ -111,7 +127,8 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 REGISTRY_SYNC_S = 0.5
-DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files"})
+DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files",
+                              RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS})
 
 
 def replica_id(base: str, settings: Settings) -> str:
@@ -138,27 +155,11 @@ def _as_is(route: Route) -> Route:
     return route
 
 
-class _NoKeys:
-    """No tenant store wired: every key is unknown (401)."""
-
-    def by_hash(self, key_hash: bytes) -> KeyRecord | None:
-        return None
-
-    def team(self, team_id: str) -> TeamRecord | None:
-        return None
-
-
-class _NoSpendLog:
-    def record(self, spend: SpendRecord) -> None:
-        pass
-
-
 class Gateway:
     def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None,
                  key_directory: KeyDirectory | None = None, spend_sink: SpendSink | None = None,
                  period_spend: PeriodSpend | None = None) -> None:
-        """`key_directory`, `spend_sink`, `period_spend`: the tenant store's parts (tenants on), given by
-        whoever already holds them (tests); by default the store configured under `tenants:`."""
+        """`key_directory`, `spend_sink`, `period_spend`: in place of the tenant store's (tests, benches)."""
         self.settings = settings
         self.config = config
         self.routing_table = LiveTable()  # published by the registry (through the cluster's alias overlay)
@@ -212,6 +213,15 @@ class Gateway:
         self.metrics = GatewayMetrics() if telemetry.metrics else NoMetrics()
         self.tracing = Tracing(tracing_settings(settings, config))
         decisions = DecisionLog(telemetry.recent_decisions)
+        # Teams, keys and the spend log (docs/tenants.md), built only with `tenants.enabled`: the data plane
+        # reads `key_directory` (a KeyDirectory), records into `spend_log` (a SpendSink, with period_spend) and
+        # hashes presented keys under `key_secret`.
+        self.tenant_store: TenantStore | None = None
+        self.key_directory: LiveKeyDirectory | None = None
+        self.spend_log: SpendLog | None = None
+        self.key_secret: bytes | None = None
+        if config.tenants.enabled:
+            self._build_tenant_store(config.tenants)
         # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
         vllm_admin = VllmAdmin(self._pool)
         self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
@@ -249,10 +259,9 @@ class Gateway:
                                                    uploads, limits, self._clock, time.time, default_calibration()),
         )
         files = FileRoutes(uploads, documents, limits)
-        # Keys, limits, budgets and spend (docs/limits-and-budgets.md); nothing of it runs when off.
-        tenants = config.tenants
-        self.tenant_gate = self._tenant_gate(tenants, key_directory, spend_sink, period_spend) \
-            if tenants.enabled else None
+        # The key gate: keys, limits, budgets and prices on the request path (docs/limits-and-budgets.md).
+        self.tenant_gate = self._tenant_gate(config.tenants, key_directory, spend_sink, period_spend) \
+            if config.tenants.enabled else None
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
                                      admission=self.admission, resume_streams=resilience.resume_streams,
                                      tenants=self.tenant_gate)
@@ -286,11 +295,21 @@ class Gateway:
         cluster_routes = ClusterRoutes(self.cluster, admin_guard,
                                        self.tenant_gate.gate.limiter.describe if self.tenant_gate is not None else None)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
+        tenant_routes, tenant_prefixes = self._tenant_routes(admin_guard) if self.tenant_store is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
+        # The Responses and Messages APIs: translated to chat completions, the same request path.
+        surface_path = SurfacePath(director, observer, self.admission, self.tenant_gate)
+        self._response_store = build_response_store(config.responses)
+        responses = ResponsesRoutes(surface_path, self._response_store, self._client_keys,
+                                    config.responses.max_record_bytes)
+        messages = MessagesRoutes(surface_path, self.tokenizers, self.routing_table)
         self.handler = Dispatcher(
             {
                 ("POST", "/v1/chat/completions"): gated(openai_routes.chat_completions),
+                ("POST", RESPONSES): gated(responses.create),
+                ("POST", MESSAGES): gated(anthropic_errors(messages.create, self._client_keys)),
+                ("POST", MESSAGES_COUNT_TOKENS): anthropic_errors(messages.count_tokens, self._client_keys),
                 ("POST", "/v1/files"): files.upload,
                 ("POST", "/v1/completions"): gated(openai_routes.completions),
                 ("POST", "/v1/embeddings"): gated(openai_routes.embeddings),
@@ -314,9 +333,11 @@ class Gateway:
                 ("PUT", "/v1/telemetry/sampling"): telemetry_routes.set_sampling,
                 ("GET", "/v1/dashboard/state"): telemetry_routes.dashboard_state,
                 **({("GET", "/dashboard"): telemetry_routes.dashboard} if telemetry.dashboard else {}),
+                **tenant_routes,
             },
-            prefix_routes={CONTROL_PREFIX: control_routes.model_resource, ALIASES_PREFIX: cluster_routes.alias_resource,
-                           ADAPTERS_PREFIX: adapter_routes.adapter_resource,
+            prefix_routes={RESPONSES_PREFIX: responses.resource, CONTROL_PREFIX: control_routes.model_resource,
+                           ALIASES_PREFIX: cluster_routes.alias_resource,
+                           ADAPTERS_PREFIX: adapter_routes.adapter_resource, **tenant_prefixes,
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
             before=self.tenant_gate.before if self.tenant_gate is not None
             else self._authenticate if self._client_keys.enabled else None,
@@ -352,6 +373,19 @@ class Gateway:
             self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
         if self._worker_share is not None:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
+        if self.tenant_store is not None:  # migrations, first key load, period totals; on stop: the last flush
+            self._background += [self.tenant_store, self.key_directory, self.spend_log]  # type: ignore[list-item]
+
+    def _build_tenant_store(self, cfg: TenantsConfig) -> None:
+        """The tenant store, the live key directory over it and the spend log into it."""
+        settings = self.settings
+        self.key_secret = key_secret(settings.secrets.get(cfg.key_secret_env), cfg.key_secret_env, cfg.database_url,
+                                     settings.data_dir)
+        self.tenant_store = store = TenantStore.open_url(cfg.database_url, settings.data_dir)
+        self.key_directory = LiveKeyDirectory(store, cfg.refresh_s)
+        self.spend_log = SpendLog(SpendStore(store.db), cfg.spend_log)
+        if isinstance(self.metrics, GatewayMetrics):
+            self.metrics.registry.register(TenantStoreMetrics(self.spend_log, self.key_directory))
 
     def _tenant_gate(self, config: TenantsConfig, directory: KeyDirectory | None, sink: SpendSink | None,
                      period_spend: PeriodSpend | None) -> HttpTenantGate:
@@ -359,10 +393,7 @@ class Gateway:
         if server.grpc_port is not None or server.epp_port is not None:  # they would let unchecked keys in
             raise ConfigError("tenants.enabled: the gRPC door and the endpoint picker do not check tenant keys; "
                               "unset server.grpc_port and server.epp_port, or turn tenants off")
-        secret = self.settings.secrets.get(config.key_secret_env)
-        if not secret:
-            raise ConfigError(f"tenants.enabled needs the key secret in the environment variable "
-                              f"{config.key_secret_env} (tenants.key_secret_env)")
+        assert self.key_secret is not None and self.key_directory is not None and self.spend_log is not None
         limits = config.limits
         self._limits_redis = RedisWire(limits.redis_url, limits.redis_timeout_s) if limits.redis_url else None
         limiter = Limiter(self._limits_redis, lambda: self.cluster.members(), lease_s=limits.concurrency_lease_s,
@@ -370,10 +401,18 @@ class Gateway:
         metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
         if isinstance(self.metrics, GatewayMetrics):
             self.metrics.registry.register(metrics)
-        gate = TenantGate(directory or _NoKeys(), sink or _NoSpendLog(), limiter,
-                          BudgetChecks(limits.key_prefix, period_spend or no_spend), self.routing_table, metrics,
-                          GateSettings(secret.encode(), limits.default_output_reservation, limits.key_prefix))
+        gate = TenantGate(directory or self.key_directory, sink or self.spend_log, limiter,
+                          BudgetChecks(limits.key_prefix, period_spend or self.spend_log.period_spend),
+                          self.routing_table, metrics,
+                          GateSettings(self.key_secret, limits.default_output_reservation, limits.key_prefix))
         return HttpTenantGate(gate, PromptTokens(self.tokenizers, self.routing_table), DATA_PLANE_PATHS)
+
+    def _tenant_routes(self, admin_guard: AdminGuard) -> RouteTables:
+        """The tenant admin API and spend reports (api/tenant_routes.py)."""
+        store, directory, secret = self.tenant_store, self.key_directory, self.key_secret
+        assert store is not None and directory is not None and secret is not None
+        return TenantRoutes(store, KeyLifecycle(store, secret, time.time), SpendStore(store.db), directory, admin_guard,
+                            self.config.tenants.rotation_overlap_s).route_table()
 
     # -- state the layers read ------------------------------------------------
 
@@ -404,7 +443,7 @@ class Gateway:
         await self._adapters_restored.finished()
 
     def _authenticate(self, request: HttpRequest, path: str) -> None:
-        if path in DATA_PLANE_PATHS:
+        if path in DATA_PLANE_PATHS and path not in MESSAGES_PATHS:  # those answer a refused key themselves
             self._client_keys.check(request)
 
     # -- lifecycle -------------------------------------------------------------
@@ -484,6 +523,7 @@ class Gateway:
                 await self._limits_redis.close()
         await self.cluster.stop()
         await self._answers.close()
+        await self._response_store.close()
         if self._understander is not None:
             await self._understander.aclose()
         await self._guarded_pool.close()

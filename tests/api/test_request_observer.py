@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sits.api.request_observer import stream_usage_of, usage_of
+from sits.pipeline.answer import stream_usage_of, usage_of
 
 
 @pytest.mark.parametrize(("payload", "usage"), [

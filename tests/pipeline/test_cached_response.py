@@ -13,7 +13,6 @@ from sits.pipeline.cached_response import (
     completion_from_json,
     render_completion,
     render_sse,
-    replay,
 )
 from sits.state.semantic_cache import CachedCompletion, CacheHit
 
@@ -52,7 +51,7 @@ async def test_sse_replay_parses_as_chat_completion_chunks(include_usage):
     events = render_sse(HIT, "r2", include_usage=include_usage)
     assert events[-1] == b"data: [DONE]\n\n"
     assert all(e.startswith(b"data: ") and e.endswith(b"\n\n") for e in events)
-    client = sdk_client(b"".join([e async for e in replay(events)]), "text/event-stream")
+    client = sdk_client(b"".join(events), "text/event-stream")
     stream = await client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "q"}],
                                                   stream=True)
     chunks = [c async for c in stream]

@@ -182,12 +182,10 @@ async def _metrics(gateway) -> str:  # type: ignore[no-untyped-def]
             return await r.text()
 
 
-async def test_tenants_refuse_to_start_without_the_key_secret_or_beside_doors_that_skip_the_gate(usage_upstream,
-                                                                                               tenant_gateway):
+async def test_tenants_refuse_to_start_beside_doors_that_skip_the_gate_or_with_a_bad_redis_url(usage_upstream,
+                                                                                              tenant_gateway):
     from sits.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="SITS_KEY_SECRET"):
-        await tenant_gateway(tenant_config(usage_upstream.url), Keys(), Spend(), secrets={"SITS_KEY_SECRET": ""})
     raw = tenant_config(usage_upstream.url)
     raw["server"]["grpc_port"] = 0
     with pytest.raises(ConfigError, match="grpc_port"):
@@ -195,3 +193,20 @@ async def test_tenants_refuse_to_start_without_the_key_secret_or_beside_doors_th
     raw = tenant_config(usage_upstream.url, limits={"redis_url": "http://127.0.0.1:6379"})
     with pytest.raises(ConfigError, match="tenants.limits.redis_url"):
         await tenant_gateway(raw, Keys(), Spend())
+
+
+async def test_the_responses_surface_passes_the_same_gate(usage_upstream, tenant_gateway):
+    keys, spend = Keys(), Spend()
+    keys.add("sk-r", "key_r", allowed_models=("m1",), limits=Limits(rpm=1))
+    gateway = await tenant_gateway(tenant_config(usage_upstream.url), keys, spend)
+    async with client(gateway, "sk-r") as c:
+        answer = await c.responses.create(model="m1", input="hello", store=False)
+        assert answer.output_text
+        with pytest.raises(openai.PermissionDeniedError):
+            await c.responses.create(model="m2", input="hello", store=False)
+        with pytest.raises(openai.RateLimitError) as caught:
+            await c.responses.create(model="m1", input="hello", store=False)
+    assert caught.value.response.headers["x-sits-limit"] == "rpm"
+    records = await spend.wait_for(3)
+    assert [(r.model, r.status) for r in records] == [("m1", 200), ("m2", 403), ("m1", 429)]
+    assert records[0].cost_usd > 0

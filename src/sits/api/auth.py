@@ -11,10 +11,13 @@ from sits.errors import Forbidden, Unauthorized
 
 
 def bearer_token(request: HttpRequest) -> str | None:
-    """The token of an `Authorization: Bearer ...` header, if there is one."""
+    """The token of an `Authorization: Bearer ...` header, else of `x-api-key` (how Anthropic's
+    clients send their key), if there is one."""
     value = request.headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.headers.get("x-api-key") or None
 
 
 class AdminGuard:
@@ -33,6 +36,11 @@ class AdminGuard:
             raise Unauthorized("the control API needs 'Authorization: Bearer <admin key>'")
         if not hmac.compare_digest(token.encode(), self._key):  # constant time
             raise Unauthorized("invalid admin key")
+
+    def is_admin(self, request: HttpRequest) -> bool:
+        """Whether the request carries the admin key (for routes that also take other keys)."""
+        token = bearer_token(request)
+        return self._key is not None and token is not None and hmac.compare_digest(token.encode(), self._key)
 
 
 class DataPlaneKeys:

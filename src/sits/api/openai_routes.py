@@ -10,27 +10,18 @@ from typing import Any
 import orjson
 
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
-from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver, stream_usage_of, usage_of
+from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.request_intake import RequestIntake
 from sits.api.tenant_gate import HttpTenantGate
 from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema, include_usage
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
-from sits.pipeline.cached_response import (
-    CompletionAccumulator,
-    completion_from_json,
-    render_completion,
-    render_sse,
-    replay,
-)
-from sits.pipeline.canned_answer import CannedAnswer
+from sits.pipeline.answer import Answer
+from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
 from sits.pipeline.model_resolution import AUTO_MODEL
-from sits.pipeline.exchange import Exchange
 from sits.pipeline.stream_resume import CHAT_API, partial_answer
-from sits.pipeline.fusion import render as workflow_render
-from sits.pipeline.fusion.result import WorkflowResult
 from sits.state.routing_table import RoutingTable
 
 log = logging.getLogger("sits.api")
@@ -101,40 +92,25 @@ class OpenAIRoutes:
         routing = self._intake.routing(api, schema, body, stream, request, request_id, prompt_text, priority, scope,
                                        seen.trace)
         try:
-            exchange = await self._director.run(routing, request.body)
+            answer = await self._director.run(routing, request.body)
         except SitsError as exc:
             seen.failed(exc, prompt_text)
             raise
-        if isinstance(exchange, CannedAnswer):
-            source = "static-template" if exchange.hit.match == "static" else "cache"
-            seen.served(exchange.model, source, exchange.route, exchange.attempts, None, None, prompt=prompt_text)
-            return _canned(exchange, request_id, stream, body)
-        if isinstance(exchange, WorkflowResult):
-            seen.served(exchange.model, "workflow", exchange.route(), "", None,
-                        (exchange.prompt_tokens, exchange.completion_tokens), prompt=prompt_text)
-            return _workflow(exchange, request_id, stream, body)
-        headers = [
-            (b"x-sits-model", exchange.model.encode()),
-            (b"x-sits-endpoint", exchange.endpoint.id.encode()),
-            (b"x-sits-route", exchange.route.encode("latin-1", "replace")),
-            (b"x-sits-attempts", exchange.attempts.encode("latin-1", "replace")),
-        ]
-        if exchange.intent:
-            headers.append((b"x-sits-intent", exchange.intent.encode("latin-1", "replace")))
+        headers = answer.headers()
         if stream:
             resume = (routing, request.body) if self._resume_streams and api == CHAT_API else None
-            return StreamingResponse(200, self._relay_stream(exchange, api, seen, prompt_text, resume), headers=headers)
+            return StreamingResponse(200, self._relay_stream(answer, api, seen, prompt_text, resume,
+                                                             include_usage(body)), headers=headers)
         try:
-            payload = await exchange.read()
+            payload = await answer.read()
         except SitsError as exc:
             seen.failed(exc, prompt_text)
             raise
-        seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts, exchange.first_byte_at,
-                    usage_of(payload), prompt=prompt_text, raw_usage=payload)
-        if exchange.cache_key is not None:
-            self._director.remember(exchange, completion_from_json(api, payload))
-        content_type = exchange.response.headers.get("content-type", "application/json").encode("latin-1")
-        return HttpResponse(200, payload, content_type=content_type, headers=headers)
+        seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                    answer.usage(payload), prompt=prompt_text, raw_usage=payload)
+        if answer.cache_key is not None:
+            self._director.remember(answer, completion_from_json(api, payload))
+        return HttpResponse(200, payload, content_type=answer.content_type, headers=headers)
 
     def _note_unknown_fields(self, api: str, extra: list[str]) -> None:
         """Unknown fields are forwarded unchanged; say so once per field name (bounded)."""
@@ -145,24 +121,25 @@ class OpenAIRoutes:
                 log.info("forwarding field unknown to SITS unchanged: %s in %s", name, api)
 
 
-    async def _relay_stream(self, exchange: Exchange, api: str, seen: Observation,
+    async def _relay_stream(self, answer: Answer, api: str, seen: Observation,
                             prompt: str = "", resume: tuple[RoutingRequest, bytes] | None = None,
-                            ) -> AsyncIterator[bytes]:
-        """Relay upstream SSE bytes as they come. A stream that breaks is resumed on another endpoint
+                            include_usage: bool = False) -> AsyncIterator[bytes]:
+        """Relay the answer's SSE bytes as they come. A stream that breaks is resumed on another endpoint
         or fallback model when `resume` is given (the client's request and body) and one can go on
         from the partial answer; otherwise it gets an SSE error event and ends without `[DONE]`, so a
         client can never mistake a cut answer for a complete one."""
         tail = b""
         last = b""  # the last chunk before [DONE]: where include_usage puts the usage event
-        accumulator = CompletionAccumulator(api) if exchange.cache_key is not None else None
-        gaps = seen.inter_token(exchange.model, exchange.endpoint.id)
+        accumulator = CompletionAccumulator(api) if answer.cache_key is not None else None
+        # chunk gaps of upstream streams only (an answer the gateway made comes whole)
+        gaps = seen.inter_token(answer.model, answer.source) if answer.first_byte_at is not None else None
         sent: list[bytes] | None = [] if resume is not None else None  # references only: parsed if it breaks
         previous = 0.0
         status = 499  # until the stream ends one way or the other: the client went away
         try:
             while True:
                 try:
-                    async for chunk in exchange.chunks():
+                    async for chunk in answer.chunks(include_usage):
                         tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
                         if accumulator is not None:
                             accumulator.feed(chunk)
@@ -180,55 +157,34 @@ class OpenAIRoutes:
                             last = chunk
                         yield chunk
                     if tail.find(b"[DONE]") < 0:
-                        raise UpstreamProtocolError(f"upstream {exchange.endpoint.id} ended the stream without [DONE]")
+                        raise UpstreamProtocolError(f"upstream {answer.source} ended the stream without [DONE]")
                     status = 200
                     break
                 except SitsError as exc:
                     resumed = None
                     if resume is not None and sent is not None:
-                        resumed = await self._director.resume(resume[0], resume[1], exchange, partial_answer(sent))
+                        resumed = await self._director.resume(resume[0], resume[1], answer, partial_answer(sent))
                     if resumed is None:
                         status = exc.http_status
-                        seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
-                                    exchange.first_byte_at, None, status=status, prompt=prompt, error=exc.message)
-                        yield _error_event(exchange, exc)
+                        seen.served(answer.model, answer.source, answer.route, answer.attempts,
+                                    answer.first_byte_at, None, status=status, prompt=prompt, error=exc.message)
+                        yield _error_event(answer, exc)
                         return
-                    log.warning("stream from %s broke (%s); resumed on %s", exchange.endpoint.id, exc.message,
-                                resumed.endpoint.id)
+                    log.warning("stream from %s broke (%s); resumed on %s", answer.source, exc.message,
+                                resumed.source)
                     # An SSE comment: clients skip it, a person reading the wire sees the splice.
-                    yield f": sits resumed the answer on {resumed.endpoint.id} after {exc.code}\n\n".encode()
-                    exchange, accumulator = resumed, None  # a spliced answer is never cached
+                    yield f": sits resumed the answer on {resumed.source} after {exc.code}\n\n".encode()
+                    answer, accumulator = resumed, None  # a spliced answer is never cached
         finally:
-            seen.served(exchange.model, exchange.endpoint.id, exchange.route, exchange.attempts,
-                        exchange.first_byte_at, stream_usage_of(last) if last else None, status=status, prompt=prompt,
+            seen.served(answer.model, answer.source, answer.route, answer.attempts,
+                        answer.first_byte_at, answer.usage(last), status=status, prompt=prompt,
                         error=None if status == 200 else "client closed the stream", raw_usage=last)
         if accumulator is not None:
-            self._director.remember(exchange, accumulator.result())
+            self._director.remember(answer, accumulator.result())
 
 
-def _error_event(exchange: Exchange, exc: SitsError) -> bytes:
-    log.warning("stream from %s failed: %s", exchange.endpoint.id, exc.message)
+def _error_event(answer: Answer, exc: SitsError) -> bytes:
+    log.warning("stream from %s failed: %s", answer.source, exc.message)
     event = {"error": {"message": exc.message, "type": exc.error_type, "param": None, "code": exc.code}}
     return b"data: " + orjson.dumps(event) + b"\n\n"
 
-
-def _workflow(result: WorkflowResult, request_id: str, stream: bool, body: Any) -> HttpResponse | StreamingResponse:
-    """A fusion workflow's answer: a chat completion plus the `sits` extension (docs/workflows.md)."""
-    headers = workflow_render.headers(result)
-    if stream:
-        return StreamingResponse(200, replay(workflow_render.render_sse(result, request_id, include_usage(body))),
-                                 headers=headers)
-    return HttpResponse(200, workflow_render.render_json(result, request_id), headers=headers)
-
-
-def _canned(answer: CannedAnswer, request_id: str, stream: bool, body: Any) -> HttpResponse | StreamingResponse:
-    """A cache hit or the static template, in the shape the client asked for."""
-    headers = [(b"x-sits-model", answer.model.encode()), answer.header,
-               (b"x-sits-route", answer.route.encode("latin-1", "replace")),
-               (b"x-sits-attempts", answer.attempts.encode("latin-1", "replace"))]
-    if answer.intent:
-        headers.append((b"x-sits-intent", answer.intent.encode("latin-1", "replace")))
-    if stream:
-        return StreamingResponse(200, replay(render_sse(answer.hit, request_id, include_usage=include_usage(body))),
-                                 headers=headers)
-    return HttpResponse(200, render_completion(answer.hit, request_id), headers=headers)

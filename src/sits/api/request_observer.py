@@ -8,7 +8,6 @@ routing table only (a client cannot grow the label set by inventing model names)
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -130,32 +129,3 @@ _NOBODY: dict[str, str] = {}
 def _who(tenant: Ticket | None) -> dict[str, str]:
     """The key's public id and team for the access log (never the key)."""
     return _NOBODY if tenant is None else {"key_id": tenant.key.key_id, "team": tenant.key.team_id}
-
-
-_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-# The order every OpenAI-compatible server here writes: one search instead of two.
-_BOTH_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
-
-
-def usage_of(payload: bytes) -> tuple[int, int] | None:
-    """(prompt_tokens, completion_tokens) from a JSON answer's `usage` object, if it has one.
-
-    Two regex searches after `"usage":{` instead of parsing the whole answer (several times cheaper on
-    a typical completion; the counts are plain integers in every OpenAI-compatible server's usage)."""
-    at = payload.rfind(b'"usage":')
-    if at < 0:
-        return None
-    both = _BOTH_TOKENS.search(payload, at)
-    if both is not None:
-        return int(both[1]), int(both[2])
-    prompt = _PROMPT_TOKENS.search(payload, at)
-    completion = _COMPLETION_TOKENS.search(payload, at)
-    if prompt is None and completion is None:
-        return None
-    return (int(prompt.group(1)) if prompt else 0, int(completion.group(1)) if completion else 0)
-
-
-def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
-    """Usage from the last events of a stream (sent when the client asked for include_usage)."""
-    return usage_of(tail) if tail.find(b'"usage":{') >= 0 else None  # find(): see openai_routes._relay_stream

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sits.backends import anthropic_upstream
 from sits.backends.http_client import ConnectionPool, Origin, Timeouts, UpstreamResponse
 from sits.errors import UpstreamStatusError
 from sits.state.routing_table import Endpoint
@@ -25,7 +26,11 @@ class _EncodedEndpoint:
             host = f"[{endpoint.host}]:{endpoint.port}"
         self.host_header = f"host: {host}\r\n".encode("latin-1")
         headers = [f"host: {host}", "content-type: application/json", "user-agent: sits"]
-        if endpoint.api_key:
+        if endpoint.api == "anthropic":
+            headers.append(f"anthropic-version: {anthropic_upstream.ANTHROPIC_VERSION}")
+            if endpoint.api_key:
+                headers.append(f"x-api-key: {endpoint.api_key}")
+        elif endpoint.api_key:
             headers.append(f"authorization: Bearer {endpoint.api_key}")
         self.static_headers = ("\r\n".join(headers) + "\r\n").encode("latin-1")
 
@@ -57,6 +62,8 @@ class OpenAIUpstream:
         enc = self._encoded.get(endpoint.id)
         if enc is None or enc.endpoint is not endpoint:
             enc = self._encode(endpoint)
+        if endpoint.api == "anthropic":
+            return await self._send_anthropic(enc, api_path, body, request_id, trace_headers)
         data = b"".join((
             b"POST ", enc.path_prefix, api_path, b" HTTP/1.1\r\n",
             enc.static_headers, trace_headers,
@@ -73,6 +80,28 @@ class OpenAIUpstream:
                 body=payload[:65536],
             )
         return response
+
+    async def _send_anthropic(self, enc: _EncodedEndpoint, api_path: bytes, body: bytes, request_id: str,
+                              trace_headers: bytes) -> UpstreamResponse:
+        """The chat request as a Messages request; the answer comes back as chat completions."""
+        endpoint = enc.endpoint
+        messages_body, stream, include_usage = anthropic_upstream.request_body(api_path, body, endpoint.id)
+        data = b"".join((
+            b"POST ", enc.path_prefix, anthropic_upstream.MESSAGES_PATH, b" HTTP/1.1\r\n",
+            enc.static_headers, trace_headers,
+            b"x-request-id: ", request_id.encode("latin-1"),
+            b"\r\ncontent-length: %d\r\n\r\n" % len(messages_body),
+            messages_body,
+        ))
+        response = await enc.pool.request(enc.origin, data, enc.timeouts)
+        if response.status >= 400:
+            payload = await response.read()
+            raise UpstreamStatusError(
+                f"upstream {endpoint.id} answered HTTP {response.status}",
+                upstream_status=response.status,
+                body=anthropic_upstream.error_body(payload[:65536], response.status),
+            )
+        return anthropic_upstream.AnthropicResponse(response, stream, include_usage)  # type: ignore[return-value]
 
     async def probe(self, endpoint: Endpoint, path: str, timeout_s: float) -> int:
         """GET a health path on the endpoint's origin (never a billed completion); the HTTP status."""

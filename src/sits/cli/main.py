@@ -13,6 +13,7 @@ from sits.configuration.gateway import GatewayConfig, load_config, with_server
 from sits.configuration.embedded_default import config_from_backends, embedded_default_config, with_embedded_models
 from sits.errors import ConfigError
 from sits.cli.models import add_models_commands
+from sits.cli.tenants import add_tenant_commands
 from sits.settings import Settings
 from sits.simulate import add_simulate_command
 from sits.telemetry.logging_setup import configure_logging
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.set_defaults(run=_chat)
 
     add_models_commands(sub)
+    add_tenant_commands(sub)
     add_cluster_commands(sub)
     add_simulate_command(sub)
     add_intent_commands(sub)

@@ -28,6 +28,7 @@ from sits.errors import ConfigError
 from sits.pipeline.fusion.spec import AttachmentLimits, WorkflowsConfig
 from sits.scheduling.policy import RoutingPolicy
 from sits.state.admission_config import AdmissionConfig
+from sits.state.response_store import ResponsesConfig
 from sits.state.semantic_cache import SemanticCacheConfig
 from sits.telemetry.config import TelemetryConfig
 from sits.tenants.config import TenantsConfig
@@ -40,6 +41,7 @@ class GatewayConfig(Strict):
     kv_migration: KvMigrationConfig = KvMigrationConfig()
     semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    responses: ResponsesConfig = ResponsesConfig()  # stored Responses (docs/responses-and-messages.md)
     # Routing policy: profiles of filters, scorers and a picker (docs/scheduling.md).
     routing: RoutingPolicy = RoutingPolicy()
     # Request understanding for model "auto" (intent, complexity, tier, quality router); off unless the

@@ -27,6 +27,7 @@ class EndpointRecord:
     upstream_model: str | None = None
     key_env: str | None = None
     timeouts: EndpointTimeouts = EndpointTimeouts()
+    api: str = "openai"  # the HTTP API it speaks: "openai" or "anthropic"
     price: Price | None = None  # None: the model's
 
 
@@ -91,6 +92,7 @@ def records_from_config(models: Sequence[ModelConfig], local_urls: dict[str, str
                     id=endpoint_id(m.name, j), url=ep.url, weight=ep.weight, upstream_model=ep.upstream_model,
                     key_env=ep.api_key_env,
                     timeouts=EndpointTimeouts(ep.timeouts.connect_s, ep.timeouts.first_byte_s, ep.timeouts.total_s),
+                    api=ep.api,
                     price=ep.price.price() if ep.price is not None else None,
                 )
                 for j, ep in enumerate(m.endpoints)

@@ -85,5 +85,6 @@ def _endpoint(record: ModelRecord, ep: EndpointRecord, secrets: Mapping[str, str
         api_key=api_key,
         guarded=record.source == "api",
         health_check_path=record.health_check_path,
+        api=ep.api,
         price=ep.price,
     )

@@ -12,7 +12,6 @@ Every rendered answer says where it came from: a top-level `sits_cache` field
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
 from typing import Any, Literal
 
 import orjson
@@ -74,12 +73,6 @@ def render_sse(hit: CacheHit, request_id: str, *, include_usage: bool = False) -
         events.append(_event(chunk))
     events.append(b"data: [DONE]\n\n")
     return events
-
-
-async def replay(events: Iterable[bytes]) -> AsyncIterator[bytes]:
-    """Events as the async iterator a `StreamingResponse` consumes."""
-    for event in events:
-        yield event
 
 
 def completion_from_json(api: str, body: bytes) -> CachedCompletion | None:

@@ -20,6 +20,7 @@ from sits.errors import (
 )
 from sits.pipeline.admission import Ticket
 from sits.pipeline.admission_step import Admission
+from sits.pipeline.answer import Answer
 from sits.pipeline.cache_step import CacheStep
 from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
@@ -30,7 +31,7 @@ from sits.pipeline.pool_planner import PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.stream_resume import CHAT_API, resume_body
 from sits.pipeline.upstream_send import UpstreamSend
-from sits.pipeline.fusion.result import WorkflowResult
+from sits.pipeline.fusion.answer import WorkflowAnswer
 from sits.pipeline.fusion.runner import WorkflowRunner
 from sits.pipeline.fusion.step_call import StepDirector
 from sits.scheduling.framework import ONLY_ENDPOINT, Decision
@@ -91,9 +92,9 @@ class Director:
         self._workflows = workflows(self) if workflows is not None else None
         self._resolver = ModelResolver(self._understander, self._workflows, self._hints, self._planner.tier_load)
 
-    async def run(self, request: RoutingRequest, body: bytes) -> Exchange | CannedAnswer | WorkflowResult:
+    async def run(self, request: RoutingRequest, body: bytes) -> Answer:
         """Route `body` (the client's JSON, forwarded unchanged but for `model`) and start the exchange,
-        or answer from the cache / static template, or hand over to a fusion workflow."""
+        or answer from the cache / static template, or hand over to a fusion workflow: each an `Answer`."""
         table = self._table()
         metrics, trace = self._metrics, request.trace
         resolved = self._resolver.named(table, request) or await self._resolver.resolve(table, request)
@@ -104,7 +105,8 @@ class Director:
             why, intent, reason = resolved.why, resolved.intent, resolved.reason
             if resolved.workflow is not None:
                 assert self._workflows is not None
-                return await self._workflows.run(resolved.workflow, request, body, intent)
+                result = await self._workflows.run(resolved.workflow, request, body, intent)
+                return WorkflowAnswer(result, request.request_id)
             if resolved.tier is not None:
                 tier_route, tier_primary, tier_rest = self._planner.tier_plans(table, resolved.tier, request, self._clock())
                 model = tier_primary.model
@@ -117,7 +119,7 @@ class Director:
             metrics.cache_lookup("miss" if hit is None else f"{hit.match}-hit")
             if hit is not None:
                 metrics.decision(model.name, "cache-hit")
-                return CannedAnswer(hit, model.name, f"cache{why}", intent=intent)
+                return CannedAnswer(hit, model.name, f"cache{why}", intent=intent, request_id=request.request_id)
         now = self._clock()
         ticket = self._admit_now(model.name, request) if self._admission else None
         if ticket is None and self._admission:
@@ -148,7 +150,7 @@ class Director:
                 if ticket is not None:
                     ticket.release()
                 return CannedAnswer(hit, model.name, f"{route}{why}; fallback={kind}", ",".join(failed.attempts),
-                                    intent)
+                                    intent, request.request_id)
         except BaseException:
             if ticket is not None:
                 ticket.release()
@@ -188,11 +190,11 @@ class Director:
         """(model name, description) of the configured workflows."""
         return self._workflows.catalogue() if self._workflows is not None else []
 
-    def remember(self, exchange: Exchange, completion: CachedCompletion | None) -> None:
+    def remember(self, answer: Answer, completion: CachedCompletion | None) -> None:
         """A complete, good answer: keep it for the cache steps."""
-        self._answers.remember(exchange.cache_key, completion)
+        self._answers.remember(answer.cache_key, completion)
 
-    async def resume(self, request: RoutingRequest, body: bytes, broken: Exchange, partial: str) -> Exchange | None:
+    async def resume(self, request: RoutingRequest, body: bytes, broken: Answer, partial: str) -> Exchange | None:
         """Continue a chat stream that broke after `partial` reached the client: on another endpoint of
         the same model, then on its fallbacks, with the partial answer as an assistant prefix.
         None when nothing can continue it (the caller then ends the stream with the error)."""
@@ -206,7 +208,7 @@ class Director:
             return None
         now = self._clock()
         primary = self._planner.model(model, request, now)
-        others = Plan(model, tuple(e for e in primary.endpoints if e.id != broken.endpoint.id), "primary")
+        others = Plan(model, tuple(e for e in primary.endpoints if e.id != broken.source), "primary")
         try:
             exchange = await self._chain.run(request, continued, self._planner.fallbacks(table, others, request, now))
         except AttemptsFailed:

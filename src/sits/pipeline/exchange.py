@@ -1,4 +1,5 @@
-"""One upstream exchange as the API edge consumes it; records its outcome when the body ends."""
+"""One upstream exchange as the API edge consumes it (an `Answer`, pipeline/answer.py); records its
+outcome when the body ends."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import orjson
 
 from sits.backends.http_client import UpstreamResponse
 from sits.errors import UpstreamError, UpstreamProtocolError
+from sits.pipeline.answer import JSON, usage_of
 from sits.pipeline.sse_guard import SseGuard
 from sits.state.endpoint_stats import EndpointStats
 from sits.state.routing_table import Endpoint
@@ -16,8 +18,8 @@ from sits.telemetry.tracing import Span, end_span
 
 
 class Exchange:
-    __slots__ = ("endpoint", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent", "span",
-                 "first_byte_at", "_guard", "_stats", "_clock", "_started", "_open", "_chunks", "_first")
+    __slots__ = ("endpoint", "source", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent",
+                 "span", "first_byte_at", "content_type", "_guard", "_stats", "_clock", "_started", "_open", "_chunks", "_first")
 
     def __init__(
         self,
@@ -30,6 +32,7 @@ class Exchange:
         started: float,
     ) -> None:
         self.endpoint = endpoint
+        self.source = endpoint.id
         self.model = model
         self.route = route
         self.response = response
@@ -47,11 +50,26 @@ class Exchange:
         self._first: bytes | None = None
         self._guard: SseGuard | None = None  # streams only
 
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [
+            (b"x-sits-model", self.model.encode()),
+            (b"x-sits-endpoint", self.source.encode()),
+            (b"x-sits-route", self.route.encode("latin-1", "replace")),
+            (b"x-sits-attempts", self.attempts.encode("latin-1", "replace")),
+        ]
+        if self.intent:
+            headers.append((b"x-sits-intent", self.intent.encode("latin-1", "replace")))
+        return headers
+
+    usage = staticmethod(usage_of)  # the Answer's usage(body): no frame of its own on the hot path
+
     async def read(self) -> bytes:
         ok = False
         try:
             body = await self.response.read()
             ok = True
+            value = self.response.headers.get("content-type")
+            self.content_type = JSON if value is None else value.encode("latin-1")
             return body
         finally:
             self._finish(ok)
@@ -81,7 +99,8 @@ class Exchange:
         self._first = first
         self.first_byte_at = self._clock()
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
+        """The upstream's SSE bytes as they come (`include_usage` is the forwarded body's business)."""
         ok = False
         try:
             if self._first is not None:

@@ -36,6 +36,7 @@ class Endpoint:
     api_key: str | None = field(default=None, repr=False)  # resolved from the env var named in config
     guarded: bool = False  # registered through the control API: connect only to addresses the policy allows
     health_check_path: str | None = None
+    api: str = "openai"  # the HTTP API it speaks: "openai", or "anthropic" (translated in the send step)
     price: Price | None = None  # this endpoint's own price; None: its model's
 
     @property

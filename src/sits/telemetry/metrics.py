@@ -15,11 +15,12 @@ exposition without bound.
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -181,12 +182,20 @@ class GatewayMetrics(Collector):
         self._distributions = (self.request_seconds, self.ttft_seconds, self.inter_token_seconds, self.queue_wait)
         self._series: dict[tuple[str, str], _Series] = {}
         self.registry.register(self)
+        # process_resident_memory_bytes, process_open_fds, CPU: what a leak shows first (bench/soak.py)
+        ProcessCollector(registry=self.registry)
 
-    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         for tally in self._tallies:
             yield tally.family()
         for distribution in self._distributions:
             yield distribution.family()
+        try:  # read at scrape time, on the event loop that serves /metrics
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # collected outside a running loop (a test's direct read)
+            return
+        yield GaugeMetricFamily("sits_event_loop_tasks", "Tasks alive on the gateway's event loop (a leak grows it).",
+                                value=tasks)
 
     def describe(self) -> list[object]:
         return []

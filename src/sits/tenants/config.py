@@ -55,5 +55,7 @@ class TenantsConfig(_Strict):
     key_secret_env: str = "SITS_KEY_SECRET"
     # How often each replica re-reads keys/teams when the store's version moved (revocation bound).
     refresh_s: PositiveFloat = 1.0
+    # How long a rotated key's old secret keeps working when the rotation names no overlap_s.
+    rotation_overlap_s: Annotated[float, Field(ge=0)] = 3600.0
     spend_log: SpendLogConfig = SpendLogConfig()
     limits: LimitsConfig = LimitsConfig()

@@ -1,5 +1,4 @@
-"""Answer messages of the gRPC door: Route (the x-sits-* headers), stream messages, and answers the
-gateway makes itself (a cache hit, the static template, a fusion workflow) in the HTTP door's shape."""
+"""Answer messages of the gRPC door: Route (the x-sits-* headers) and stream messages."""
 
 from __future__ import annotations
 
@@ -10,54 +9,24 @@ from sits.api.grpc import chat_pb2 as pb
 from sits.api.grpc import lz4_messages
 from sits.api.grpc.response_codec import chunk_from_event
 from sits.errors import UpstreamError, UpstreamProtocolError
-from sits.pipeline.cached_response import render_completion, render_sse
-from sits.pipeline.canned_answer import CannedAnswer
-from sits.pipeline.exchange import Exchange
-from sits.pipeline.fusion import render as workflow_render
-from sits.pipeline.fusion.result import WorkflowResult
+from sits.pipeline.answer import Answer
 
-ReadyAnswer = CannedAnswer | WorkflowResult
+# x-sits-* headers beyond the ones every answer has, as Route fields
+_ROUTE_FIELDS = {b"x-sits-endpoint": "endpoint", b"x-sits-cache": "cache", b"x-sits-fallback": "fallback",
+                 b"x-sits-workflow": "workflow", b"x-sits-verifier": "verifier"}
 
 
-def exchange_route(exchange: Exchange, request_id: str) -> pb.Route:
-    return pb.Route(request_id=request_id, model=exchange.model, endpoint=exchange.endpoint.id, route=exchange.route,
-                    attempts=exchange.attempts, intent=exchange.intent)
-
-
-def ready_route(answer: ReadyAnswer, request_id: str) -> pb.Route:
-    if isinstance(answer, WorkflowResult):
-        return pb.Route(request_id=request_id, model=answer.model, route=answer.route(), intent=answer.intent,
-                        workflow=answer.workflow, confidence=round(answer.confidence, 4),
-                        verifier=answer.verifier_summary)
+def route_message(answer: Answer, request_id: str) -> pb.Route:
+    """The answer's x-sits-* headers as the Route message (who answered, how, and why)."""
     route = pb.Route(request_id=request_id, model=answer.model, route=answer.route, attempts=answer.attempts,
                      intent=answer.intent)
-    name, value = answer.header
-    if name == b"x-sits-cache":
-        route.cache = value.decode("latin-1")
-    else:
-        route.fallback = value.decode("latin-1")
+    for name, value in answer.headers():
+        field = _ROUTE_FIELDS.get(name)
+        if field is not None:
+            setattr(route, field, value.decode("latin-1"))
+        elif name == b"x-sits-confidence":
+            route.confidence = float(value)
     return route
-
-
-def ready_json(answer: ReadyAnswer, request_id: str) -> bytes:
-    """The HTTP door's JSON body for an answer the gateway made itself."""
-    if isinstance(answer, CannedAnswer):
-        return render_completion(answer.hit, request_id)
-    return workflow_render.render_json(answer, request_id)
-
-
-def ready_events(answer: ReadyAnswer, request_id: str, include_usage: bool) -> list[bytes]:
-    """The HTTP door's SSE events for an answer the gateway made itself."""
-    if isinstance(answer, CannedAnswer):
-        return render_sse(answer.hit, request_id, include_usage=include_usage)
-    return workflow_render.render_sse(answer, request_id, include_usage)
-
-
-def ready_source(answer: ReadyAnswer) -> tuple[str, str, tuple[int, int] | None]:
-    """(endpoint label, attempts, usage) for the request's observation, as the HTTP door records them."""
-    if isinstance(answer, WorkflowResult):
-        return "workflow", "", (answer.prompt_tokens, answer.completion_tokens)
-    return ("static-template" if answer.hit.match == "static" else "cache"), answer.attempts, None
 
 
 def chunk_of_event(payload: bytes, source: str) -> pb.ChatCompletionChunk:

@@ -21,16 +21,7 @@ from google.protobuf.message import DecodeError
 from sits.api.auth import DataPlaneKeys
 from sits.api.grpc import chat_pb2 as pb
 from sits.api.grpc import chat_pb2_grpc, lz4_messages
-from sits.api.grpc.answer_messages import (
-    chunk_of_event,
-    completion_response,
-    exchange_route,
-    ready_events,
-    ready_json,
-    ready_route,
-    ready_source,
-    write_chunks,
-)
+from sits.api.grpc.answer_messages import chunk_of_event, completion_response, route_message, write_chunks
 from sits.api.grpc.request_codec import request_body
 from sits.api.grpc.response_codec import SseEvents, completion_from_body
 from sits.api.grpc.status_codes import grpc_status
@@ -41,12 +32,10 @@ from sits.api.schemas import CHAT_COMPLETION
 from sits.telemetry.tracing import NO_TRACE
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
+from sits.pipeline.answer import Answer
 from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json
-from sits.pipeline.canned_answer import CannedAnswer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
-from sits.pipeline.exchange import Exchange
-from sits.pipeline.fusion.result import WorkflowResult
 
 log = logging.getLogger("sits.api")
 
@@ -126,62 +115,42 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
 
     async def _create(self, call: _Call) -> pb.ChatCompletionResponse:
         answer = await self._director.run(call.routing, call.body)
-        request_id, seen, prompt = call.routing.request_id, call.seen, call.routing.prompt_text
-        if isinstance(answer, (CannedAnswer, WorkflowResult)):
-            completion = completion_from_body(ready_json(answer, request_id), "gateway")
-            route = ready_route(answer, request_id)
-            if seen is not None:
-                endpoint, attempts, usage = ready_source(answer)
-                seen.served(answer.model, endpoint, route.route, attempts, None, usage, prompt=prompt)
-            return completion_response(completion, route, call.compression)
         try:
             payload = await answer.read()
         finally:
             answer.close()  # no-op once read; a cancelled read frees the upstream connection now
-        completion = completion_from_body(payload, answer.endpoint.id)
-        if seen is not None:
-            usage = (completion.usage.prompt_tokens, completion.usage.completion_tokens) \
-                if completion.HasField("usage") else None
-            seen.served(answer.model, answer.endpoint.id, answer.route, answer.attempts, answer.first_byte_at, usage,
-                        prompt=prompt)
+        completion = completion_from_body(payload, answer.source)
+        if call.seen is not None:
+            call.seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                             answer.usage(payload), prompt=call.routing.prompt_text)
         if answer.cache_key is not None:
             self._director.remember(answer, completion_from_json(API, payload))
-        return completion_response(completion, exchange_route(answer, request_id), call.compression)
+        return completion_response(completion, route_message(answer, call.routing.request_id), call.compression)
 
     async def _create_stream(self, call: _Call, context: grpc.aio.ServicerContext, deadline: _CallDeadline) -> None:
         answer = await self._director.run(call.routing, call.body)
-        request_id = call.routing.request_id
         if call.compression == pb.COMPRESSION_GZIP:
             context.set_compression(grpc.Compression.Gzip)
-        if isinstance(answer, (CannedAnswer, WorkflowResult)):  # complete already: one message
-            events = SseEvents("gateway")
-            payloads = [p for e in ready_events(answer, request_id, call.include_usage)
-                        for p in events.feed(e) if p != b"[DONE]"]
-            route = ready_route(answer, request_id)
-            await write_chunks(context, call.compression, [chunk_of_event(p, "gateway") for p in payloads], route)
-            if call.seen is not None:
-                endpoint, attempts, usage = ready_source(answer)
-                call.seen.served(answer.model, endpoint, route.route, attempts, None, usage,
-                                 prompt=call.routing.prompt_text)
-            return
         try:
             await self._relay(answer, context, call, deadline)
         finally:
             answer.close()  # no-op after a complete stream; on cancel or deadline it cancels the upstream request
 
-    async def _relay(self, exchange: Exchange, context: grpc.aio.ServicerContext, call: _Call,
+    async def _relay(self, answer: Answer, context: grpc.aio.ServicerContext, call: _Call,
                      deadline: _CallDeadline) -> None:
-        """Upstream SSE events as stream messages, as they come. A stream without `[DONE]` is an
-        error status, so a client can never mistake a cut answer for a complete one."""
-        source, seen = exchange.endpoint.id, call.seen
+        """The answer's SSE events as stream messages, as they come (an answer the gateway made comes
+        whole: one message). A stream without `[DONE]` is an error status, so a client can never
+        mistake a cut answer for a complete one."""
+        source, seen = answer.source, call.seen
         events = SseEvents(source)
-        accumulator = CompletionAccumulator(API) if exchange.cache_key is not None else None
-        gaps = seen.inter_token(exchange.model, exchange.endpoint.id) if seen is not None else None
-        route: pb.Route | None = exchange_route(exchange, call.routing.request_id)
-        done, usage, previous = False, None, 0.0
+        accumulator = CompletionAccumulator(API) if answer.cache_key is not None else None
+        gaps = seen.inter_token(answer.model, source) if seen is not None and answer.first_byte_at is not None \
+            else None
+        route: pb.Route | None = route_message(answer, call.routing.request_id)
+        done, usage_event, previous = False, b"", 0.0
         status, error = CLIENT_GONE, "the client cancelled the stream"
         try:
-            async for data in exchange.chunks():
+            async for data in answer.chunks(call.include_usage):
                 if accumulator is not None:
                     accumulator.feed(data)
                 if gaps is not None:
@@ -196,7 +165,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
                     elif payload:
                         chunk = chunk_of_event(payload, source)
                         if chunk.HasField("usage"):
-                            usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                            usage_event = payload
                         chunks.append(chunk)
                 if chunks:
                     await write_chunks(context, call.compression, chunks, route)
@@ -214,10 +183,10 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
             if status == CLIENT_GONE and deadline.expired():
                 status, error = UpstreamTimeout.http_status, "the call's deadline passed mid-stream"
             if seen is not None:
-                seen.served(exchange.model, source, exchange.route, exchange.attempts, exchange.first_byte_at, usage,
-                            status=status, prompt=call.routing.prompt_text, error=error)
+                seen.served(answer.model, source, answer.route, answer.attempts, answer.first_byte_at,
+                            answer.usage(usage_event), status=status, prompt=call.routing.prompt_text, error=error)
         if accumulator is not None:
-            self._director.remember(exchange, accumulator.result())
+            self._director.remember(answer, accumulator.result())
 
     # -- pieces --------------------------------------------------------------------------------------
 

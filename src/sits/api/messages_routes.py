@@ -1,0 +1,144 @@
+"""The Anthropic Messages API (docs/responses-and-messages.md).
+
+    POST /v1/messages               create (JSON or a stream of Messages events)
+    POST /v1/messages/count_tokens  {"input_tokens": n}, counted with the target model's tokenizer
+
+A create is translated to a chat completion (`sits.translate.messages`) and goes the one request path
+(`api/surface_path.py`). Every error is Anthropic-shaped: `{"type": "error", "error": {"type",
+"message"}}`, the message naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from sits.api.auth import DataPlaneKeys
+from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
+from sits.api.surface_path import SurfacePath
+from sits.errors import InvalidRequest, ModelNotFound, SitsError, UpstreamStatusError
+from sits.state.routing_table import RoutingTable
+from sits.translate import messages as wire
+from sits.understanding.tokenizers.catalog import TokenizerCatalog
+
+PATH = "/v1/messages"
+COUNT_TOKENS = "/v1/messages/count_tokens"
+PATHS = frozenset({PATH, COUNT_TOKENS})  # authenticated by `anthropic_errors`, to answer in Anthropic's shape
+_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",
+                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+_CHARS_PER_TOKEN = 4  # the estimate when no tokenizer is loaded for the model
+
+
+def anthropic_error(error: SitsError) -> HttpResponse:
+    """A SitsError in the Messages API's shape (the field in the message, as Anthropic writes it)."""
+    status, message = error.http_status, error.message
+    if isinstance(error, UpstreamStatusError) and 400 <= error.upstream_status < 500:
+        status, message = error.upstream_status, _upstream_message(error.body) or message
+    if error.param and error.param not in message:
+        message = f"{error.param}: {message}"
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in error.headers]
+    return HttpResponse(status, orjson.dumps({"type": "error", "error": {"type": kind, "message": message}}),
+                        headers=headers)
+
+
+def _upstream_message(body: bytes) -> str | None:
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return body[:2000].decode("utf-8", "replace") or None
+    return str(error.get("message")) if isinstance(error, dict) and error.get("message") else None
+
+
+def anthropic_errors(handler: Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]],
+                     keys: DataPlaneKeys) -> Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]:
+    """The handler behind the client keys, with its SitsErrors (a refused key included) rendered in
+    Anthropic's shape rather than OpenAI's."""
+    async def handle(request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
+        try:
+            if keys.enabled:
+                keys.check(request)
+            return await handler(request, request_id)
+        except SitsError as exc:
+            return anthropic_error(exc)
+    return handle
+
+
+class MessagesRoutes:
+    def __init__(self, path: SurfacePath, tokenizers: TokenizerCatalog, table: Callable[[], RoutingTable]) -> None:
+        self._path = path
+        self._tokenizers = tokenizers
+        self._table = table
+
+    async def create(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
+        try:
+            body = self._body(request)
+            stream = body.get("stream") is True
+            chat = wire.chat_request(body, stream)
+        except SitsError as exc:
+            self._path.bad_input(exc)
+            raise
+        started = await self._path.run(request, request_id, "/messages", chat, stream)
+        message_id = "msg_" + os.urandom(12).hex()
+        headers = started.answer.headers()
+        if stream:
+            translator = wire.MessagesStream(message_id, body["model"], started.answer.source)
+            return StreamingResponse(200, self._path.relay(started, translator), headers=headers)
+        completion = await self._path.read(started)
+        return HttpResponse(200, orjson.dumps(wire.message_object(completion, message_id, body["model"])),
+                            headers=headers)
+
+    async def count_tokens(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        """Counted with the model's tokenizer (the token bridge's catalog); an estimate, said so in
+        `x-sits-token-count: estimate`, when none is loaded for it."""
+        body = self._body(request, count_only=True)
+        chat = wire.chat_request(body, False)
+        entry = self._table().resolve(body["model"])
+        if entry is None:
+            raise ModelNotFound(f"model: the model '{body['model']}' does not exist", param="model")
+        text = _prompt_text(chat)
+        counter = self._tokenizers.counter_for(entry.name, entry.tokenizer_family)
+        if counter is None:
+            tokens, how = -(-len(text.encode()) // _CHARS_PER_TOKEN), b"estimate"
+        else:
+            tokens, how = await asyncio.to_thread(counter.count, text), b"exact"
+        return HttpResponse(200, orjson.dumps({"input_tokens": tokens}), headers=[(b"x-sits-token-count", how)])
+
+    @staticmethod
+    def _body(request: HttpRequest, count_only: bool = False) -> dict[str, Any]:
+        version = request.headers.get("anthropic-version")
+        if version is None:
+            raise InvalidRequest("anthropic-version: header is required", param="anthropic-version")
+        if not _VERSION.match(version):
+            raise InvalidRequest(f"anthropic-version: {version!r} is not a version date such as 2023-06-01",
+                                 param="anthropic-version")
+        if not request.body:
+            raise InvalidRequest("request body is empty; expected a JSON object", param="body")
+        try:
+            body = orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequest(f"request body is not valid JSON: {exc}", param="body") from None
+        if count_only and isinstance(body, dict) and "max_tokens" not in body:
+            body = {**body, "max_tokens": 1}  # count_tokens takes no max_tokens
+        return wire.validate(body)
+
+
+def _prompt_text(chat: dict[str, Any]) -> str:
+    """What the model reads: each message's role and text, and the tool definitions."""
+    parts = []
+    for message in chat["messages"]:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+        calls = message.get("tool_calls")
+        parts.append(f"{message['role']}: {content or ''}" + (orjson.dumps(calls).decode() if calls else ""))
+    if chat.get("tools"):
+        parts.append(orjson.dumps(chat["tools"]).decode())
+    return "\n".join(parts)

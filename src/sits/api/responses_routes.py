@@ -1,0 +1,133 @@
+"""The OpenAI Responses API (docs/responses-and-messages.md).
+
+    POST   /v1/responses                       create (JSON or a stream of Responses events)
+    GET    /v1/responses/{id}                  a stored response
+    DELETE /v1/responses/{id}                  forget it
+    GET    /v1/responses/{id}/input_items      what it was asked
+
+A create is translated to a chat completion (`sits.translate.responses`) and goes the one request
+path (`api/surface_path.py`). With `store` (the default) the response, its input items and the
+conversation so far (in chat form) are kept in the response store, so `previous_response_id` works
+on any replica that shares it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import orjson
+
+from sits.api.auth import DataPlaneKeys
+from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
+from sits.api.surface_path import SurfacePath
+from sits.errors import InvalidRequest, MethodNotAllowed, NotFound, SitsError
+from sits.state.response_store import ResponseStore
+from sits.translate import responses as wire
+
+log = logging.getLogger("sits.responses")
+PATH = "/v1/responses"
+PREFIX = "/v1/responses/"
+INPUT_ITEMS = "/input_items"
+
+
+def new_response_id() -> str:
+    return "resp_" + os.urandom(12).hex()
+
+
+class ResponsesRoutes:
+    def __init__(self, path: SurfacePath, store: ResponseStore, keys: DataPlaneKeys, max_record_bytes: int) -> None:
+        self._path = path
+        self._store = store
+        self._keys = keys
+        self._max_record_bytes = max_record_bytes
+
+    async def create(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
+        try:
+            body = wire.validate(_json(request.body))
+            stream = body.get("stream") is True
+            history = await self._history(body.get("previous_response_id"))
+            chat, items = wire.chat_request(body, history, stream)
+        except SitsError as exc:
+            self._path.bad_input(exc)
+            raise
+        started = await self._path.run(request, request_id, "/responses", chat, stream)
+        response_id, created = new_response_id(), int(time.time())
+        store = body.get("store", True) is not False
+        asked = chat["messages"][1:] if body.get("instructions") else chat["messages"]  # history + this input
+        headers = started.answer.headers()
+        if stream:
+            translator = wire.ResponsesStream(response_id, created, body, started.answer.source)
+
+            async def keep() -> None:
+                if store and translator.result is not None:
+                    try:
+                        await self._keep(response_id, translator.result, items, asked)
+                    except SitsError as exc:  # the answer is streaming already: it is not held back
+                        log.warning("response %s was not stored: %s", response_id, exc.message)
+
+            return StreamingResponse(200, self._path.relay(started, translator, keep), headers=headers)
+        completion = await self._path.read(started)
+        result = wire.from_chat_completion(completion, response_id, created, body)
+        if store:
+            await self._keep(response_id, result, items, asked)
+        return HttpResponse(200, orjson.dumps(result[0]), headers=headers)
+
+    async def resource(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        """GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items."""
+        if self._keys.enabled:
+            self._keys.check(request)
+        rest = request.path.split("?", 1)[0][len(PREFIX):].rstrip("/")
+        response_id, _, sub = rest.partition("/")
+        if not response_id or (sub and "/" + sub != INPUT_ITEMS):
+            raise NotFound(f"no route for {request.method} {request.path}")
+        if request.method == "DELETE" and not sub:
+            if not await self._store.delete(response_id):
+                raise _missing(response_id, "response_id")
+            return HttpResponse(200, orjson.dumps({"id": response_id, "object": "response.deleted", "deleted": True}))
+        if request.method != "GET":
+            raise MethodNotAllowed(f"{request.method} is not allowed on {request.path}; use GET"
+                                   + ("" if sub else " or DELETE"))
+        record = await self._record(response_id, "response_id")
+        if not sub:
+            return HttpResponse(200, orjson.dumps(record["response"]))
+        data = record["input_items"]
+        page = {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None, "has_more": False}
+        return HttpResponse(200, orjson.dumps(page))
+
+    async def _history(self, previous: str | None) -> list[dict[str, Any]]:
+        if previous is None:
+            return []
+        record = await self._record(previous, "previous_response_id")
+        return list(record["conversation"])
+
+    async def _record(self, response_id: str, param: str) -> dict[str, Any]:
+        raw = await self._store.get(response_id)
+        if raw is None:
+            raise _missing(response_id, param)
+        return orjson.loads(raw)  # type: ignore[no-any-return]
+
+    async def _keep(self, response_id: str, result: tuple[dict[str, Any], dict[str, Any]],
+                    items: list[dict[str, Any]], asked: list[dict[str, Any]]) -> None:
+        response, said = result
+        numbered = [{"id": item.get("id") or f"item_{response_id[5:]}_{i}", **item} for i, item in enumerate(items)]
+        record = orjson.dumps({"response": response, "input_items": numbered, "conversation": [*asked, said]})
+        if len(record) <= self._max_record_bytes:
+            await self._store.put(response_id, record)
+
+
+def _json(raw: bytes) -> Any:
+    if not raw:
+        raise InvalidRequest("request body is empty; expected a JSON object", param="body")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}", param="body") from None
+
+
+def _missing(response_id: str, param: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found (it was not stored, was deleted, or expired).",
+                    param=param)

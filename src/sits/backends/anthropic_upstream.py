@@ -1,0 +1,73 @@
+"""An endpoint that speaks Anthropic's Messages API (`api: anthropic`), behind the same `send()` as an
+OpenAI-compatible one: the chat request goes out as a Messages request, and the answer, its stream,
+its errors and its usage (cache reads and writes included) come back as chat completions
+(the translation itself is `sits.translate.anthropic_upstream`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+
+from sits.backends.http_client import UpstreamResponse
+from sits.errors import InvalidRequest, UpstreamProtocolError
+from sits.translate.anthropic_upstream import AnthropicToChat, anthropic_request, chat_completion, chat_error
+
+ANTHROPIC_VERSION = "2023-06-01"
+CHAT_PATH = b"/chat/completions"
+MESSAGES_PATH = b"/messages"
+
+
+def request_body(api_path: bytes, body: bytes, endpoint_id: str) -> tuple[bytes, bool, bool]:
+    """(the Messages body, stream, include_usage) for a chat body; other APIs are refused."""
+    if api_path != CHAT_PATH:
+        raise InvalidRequest(f"endpoint {endpoint_id} speaks Anthropic's API: only chat completions can go there",
+                             param="model")
+    try:
+        chat = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidRequest("the request body is not JSON", param="body") from None
+    options = chat.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    return orjson.dumps(anthropic_request(chat)), chat.get("stream") is True, include_usage
+
+
+def error_body(payload: bytes, status: int) -> bytes:
+    return chat_error(payload, status)
+
+
+class AnthropicResponse:
+    """An `UpstreamResponse` whose body is translated to chat completions as it is read."""
+
+    __slots__ = ("_response", "status", "headers", "_stream", "_include_usage")
+
+    def __init__(self, response: UpstreamResponse, stream: bool, include_usage: bool) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = {k: v for k, v in response.headers.items() if k != "content-type"}
+        self.headers["content-type"] = "text/event-stream" if stream else "application/json"
+        self._stream = stream
+        self._include_usage = include_usage
+
+    async def read(self) -> bytes:
+        payload = await self._response.read()
+        try:
+            message = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError(f"an Anthropic-API upstream answered with a body that is not JSON: "
+                                        f"{payload[:80]!r}") from None
+        return orjson.dumps(chat_completion(message, int(time.time())))
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        translator = AnthropicToChat(self._include_usage)
+        async for chunk in self._response.iter_chunks():
+            out = translator.feed(chunk)
+            if out:
+                yield out
+
+    def first_chunk_within(self, seconds: float) -> None:
+        self._response.first_chunk_within(seconds)
+
+    def close(self) -> None:
+        self._response.close()

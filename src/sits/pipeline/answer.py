@@ -1,0 +1,88 @@
+"""What `Director.run` hands a door: one protocol for the three kinds of answer.
+
+An upstream exchange (`pipeline/exchange.py`), a cache hit or the static template
+(`pipeline/canned_answer.py`) and a fusion workflow's result (`pipeline/fusion/answer.py`) all say
+who answered (the `x-sits-*` headers), what the request observer records (model, source, route,
+attempts, usage when known) and give the body either whole (`read()`: a chat/completions JSON
+body) or as SSE chat-completion events (`chunks()`), so the HTTP, HTTP/2 and gRPC doors, and the
+surfaces translated from chat completions, consume one shape.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from sits.state.semantic_cache import CacheKey
+
+JSON = b"application/json"
+
+
+class Answer(Protocol):
+    model: str  # the model that answered (x-sits-model)
+    source: str  # what the observer records as the endpoint: an endpoint id, "cache", "static-template", "workflow"
+    route: str  # x-sits-route
+    attempts: str  # x-sits-attempts ("" when no upstream was tried)
+    intent: str  # x-sits-intent, when the request was understood (model "auto")
+    first_byte_at: float | None  # when the first byte came from upstream; None for an answer the gateway made
+    cache_key: CacheKey | None  # set when the answer may be stored for the cache steps
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The `x-sits-*` response headers."""
+        ...
+
+    def usage(self, body: bytes) -> tuple[int, int] | None:
+        """(prompt, completion) tokens to record, from the JSON body or the stream's usage event
+        (empty when the stream had none); None when unknown."""
+        ...
+
+    content_type: bytes  # of `read()`'s body, known once it returned
+
+    async def read(self) -> bytes:
+        """The whole answer: a JSON body (chat or text completion, or embeddings)."""
+        ...
+
+    def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
+        """The answer as SSE events ending with `data: [DONE]`, in byte chunks of one or more events.
+        `include_usage`: an answer the gateway makes adds the usage event (an upstream follows the
+        forwarded body's `stream_options`)."""
+        ...
+
+    def close(self, ok: bool = False) -> None:
+        """Give back what the answer holds (the upstream connection, the admission slot); idempotent."""
+        ...
+
+
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+# The order every OpenAI-compatible server here writes: one search instead of two.
+_BOTH_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
+
+
+def usage_of(payload: bytes) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) from a JSON answer's `usage` object, if it has one.
+
+    Two regex searches after `"usage":{` instead of parsing the whole answer (several times cheaper on
+    a typical completion; the counts are plain integers in every OpenAI-compatible server's usage)."""
+    at = payload.rfind(b'"usage":')
+    if at < 0:
+        return None
+    both = _BOTH_TOKENS.search(payload, at)
+    if both is not None:
+        return int(both[1]), int(both[2])
+    prompt = _PROMPT_TOKENS.search(payload, at)
+    completion = _COMPLETION_TOKENS.search(payload, at)
+    if prompt is None and completion is None:
+        return None
+    return (int(prompt.group(1)) if prompt else 0, int(completion.group(1)) if completion else 0)
+
+
+def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
+    """Usage from the last events of a stream (sent when the client asked for include_usage)."""
+    return usage_of(tail) if tail.find(b'"usage":{') >= 0 else None  # find(): see openai_routes._relay_stream
+
+
+async def replay(events: list[bytes]) -> AsyncIterator[bytes]:
+    """An answer the gateway made, as one chunk: it is complete, so a door writes it at once."""
+    yield b"".join(events)

@@ -1,0 +1,462 @@
+"""The OpenAI Responses API <-> chat completions.
+
+- `chat_request(body, history)`: a Responses create body (and the stored conversation it continues)
+  as a chat/completions body, plus the input items in their Responses shape (for storage and
+  `input_items`).
+- `response_object(...)`: a chat completion as a Responses `response` object.
+- `ResponsesStream`: chat SSE chunks in, Responses events out, one chunk at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sits.errors import InvalidRequest
+from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
+from sits.translate.sse import named_event
+from sits.translate.usage import responses_usage
+
+_CHAT_PASSTHROUGH = ("temperature", "top_p", "user", "parallel_tool_calls", "seed")
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+# The events sent once per streamed piece, written from templates (a dict and its dump per event cost
+# several times more; bench/results/surfaces.md)
+_TEXT_DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":%d,'
+               b'"item_id":"%b","output_index":%d,"content_index":0,"delta":%b,"logprobs":[]}\n\n')
+_ARGUMENTS_DELTA = (b'event: response.function_call_arguments.delta\ndata: {"type":"response.function_call_arguments'
+                    b'.delta","sequence_number":%d,"item_id":"%b","output_index":%d,"delta":%b}\n\n')
+
+
+def _bad(message: str, param: str) -> InvalidRequest:
+    return InvalidRequest(message, param=param)
+
+
+def validate(body: Any) -> dict[str, Any]:
+    """The create body's own checks (the field named in every error)."""
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object", "body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("'model' is required and must be a non-empty string", "model")
+    if "input" not in body:
+        raise _bad("'input' is required: a string or a list of input items", "input")
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise _bad(f"'{name}' must be a number", name)
+    tokens = body.get("max_output_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise _bad("'max_output_tokens' must be a positive integer", "max_output_tokens")
+    for name in ("stream", "store", "parallel_tool_calls"):
+        value = body.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise _bad(f"'{name}' must be a boolean", name)
+    previous = body.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise _bad("'previous_response_id' must be a response id string", "previous_response_id")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _bad("'instructions' must be a string", "instructions")
+    return body
+
+
+def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """`input` as a list of items (a string is one user message)."""
+    value = body["input"]
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+    if not isinstance(value, list):
+        raise _bad("'input' must be a string or a list of input items", "input")
+    items = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise _bad(f"'input[{i}]' must be an object", f"input[{i}]")
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, str):
+                part = "output_text" if item.get("role") == "assistant" else "input_text"
+                item = {**item, "type": "message", "content": [{"type": part, "text": content}]}
+            else:
+                item = {**item, "type": "message"}
+        items.append(item)
+    return items
+
+
+def chat_messages(items: list[dict[str, Any]], param: str = "input") -> list[dict[str, Any]]:
+    """Responses input items as chat messages; consecutive function calls become one assistant turn."""
+    messages: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        where = f"{param}[{i}]"
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise _bad(f"'{where}.role' must be user, assistant, system or developer", f"{where}.role")
+            messages.append({"role": "system" if role == "developer" else role,
+                             "content": _chat_content(item.get("content"), f"{where}.content", role == "assistant")})
+        elif kind == "function_call":
+            call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments", "")
+            if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
+                raise _bad(f"'{where}' needs string call_id, name and arguments", where)
+            call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if not isinstance(call_id, str):
+                raise _bad(f"'{where}.call_id' must be a string", f"{where}.call_id")
+            if not isinstance(output, str):
+                output = orjson.dumps(output).decode() if output is not None else ""
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        elif kind == "reasoning":
+            continue  # the model's own reasoning summary: not part of the chat prompt
+        else:
+            raise _bad(f"'{where}.type' {kind!r} is not supported (message, function_call, function_call_output)",
+                       f"{where}.type")
+    return messages
+
+
+def _chat_content(content: Any, param: str, assistant: bool) -> Any:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _bad(f"'{param}' must be a string or a list of content parts", param)
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise _bad(f"'{param}[{j}].text' must be a string", f"{param}[{j}].text")
+            parts.append({"type": "text", "text": text})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": str(part.get("refusal", ""))})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise _bad(f"'{param}[{j}].image_url' must be a URL or data URL (file_id is not supported)",
+                           f"{param}[{j}].image_url")
+            image: dict[str, Any] = {"url": url}
+            if isinstance(part.get("detail"), str):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise _bad(f"'{param}[{j}].type' {kind!r} is not supported (input_text, output_text, input_image)",
+                       f"{param}[{j}].type")
+    if assistant or all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts if p["type"] == "text")  # the form every chat server takes
+    return parts
+
+
+def _chat_tools(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise _bad("'tools' must be a list", "tools")
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise _bad(f"'tools[{i}].type' {kind!r} is not supported: only function tools", f"tools[{i}].type")
+        if not isinstance(tool.get("name"), str):
+            raise _bad(f"'tools[{i}].name' must be a string", f"tools[{i}].name")
+        function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        if isinstance(tool.get("strict"), bool):
+            function["strict"] = tool["strict"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _chat_tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise _bad("'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\": ...}", "tool_choice")
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    if not isinstance(text, dict):
+        raise _bad("'text' must be an object", "text")
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        if not isinstance(fmt.get("schema"), dict) or not isinstance(fmt.get("name"), str):
+            raise _bad("'text.format' of type json_schema needs a name and a schema object", "text.format")
+        schema = {"name": fmt["name"], "schema": fmt["schema"]}
+        for key in ("strict", "description"):
+            if key in fmt:
+                schema[key] = fmt[key]
+        return {"type": "json_schema", "json_schema": schema}
+    raise _bad("'text.format.type' must be text, json_object or json_schema", "text.format.type")
+
+
+def chat_request(body: dict[str, Any], history: list[dict[str, Any]], stream: bool,
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(chat body, this request's input items). `history`: the chat messages of the conversation
+    `previous_response_id` continues (its inputs and outputs), already in chat form."""
+    value = body["input"]
+    if type(value) is str:  # the common case: one user message, no item to convert
+        items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+        messages = [{"role": "user", "content": value}]
+    else:
+        items = input_items(body)
+        messages = chat_messages(items)
+    instructions = body.get("instructions")
+    prefix = [{"role": "system", "content": instructions}] if instructions else []
+    chat: dict[str, Any] = {"model": body["model"], "messages": [*prefix, *history, *messages]}
+    if stream:
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    for name in _CHAT_PASSTHROUGH:
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    if body.get("tools"):
+        chat["tools"] = _chat_tools(body["tools"])
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = _chat_tool_choice(body["tool_choice"])
+    if body.get("text") is not None:
+        response_format = _response_format(body["text"])
+        if response_format is not None:
+            chat["response_format"] = response_format
+    return chat, items
+
+
+# -- answers ------------------------------------------------------------------------------------------
+
+
+def output_items(text: str, calls: list[tuple[str, str, str]], response_id: str) -> list[dict[str, Any]]:
+    """The response's output: one assistant message (when it said something), then its function calls."""
+    out: list[dict[str, Any]] = []
+    if text or not calls:
+        out.append(_message_item(response_id, text, "completed"))
+    for i, (call_id, name, arguments) in enumerate(calls):
+        out.append(_call_item(response_id, i, call_id, name, arguments, "completed"))
+    return out
+
+
+def _message_item(response_id: str, text: str, status: str) -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" else []
+    return {"type": "message", "id": "msg_" + response_id[5:], "status": status, "role": "assistant",
+            "content": content}
+
+
+def _call_item(response_id: str, index: int, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": f"fc_{response_id[5:]}_{index}", "call_id": call_id, "name": name,
+            "arguments": arguments, "status": status}
+
+
+def response_object(response_id: str, created: int, model: str, request: dict[str, Any], status: str,
+                    output: list[dict[str, Any]], usage: Any, finish: str | None,
+                    error: dict[str, Any] | None = None) -> dict[str, Any]:
+    fmt = request.get("text") if isinstance(request.get("text"), dict) else {"format": {"type": "text"}}
+    obj: dict[str, Any] = {
+        "id": response_id, "object": "response", "created_at": created, "status": status, "model": model,
+        "output": output, "error": error,
+        "incomplete_details": {"reason": _INCOMPLETE.get(finish or "", "max_output_tokens")}
+        if status == "incomplete" else None,
+        "instructions": request.get("instructions"), "max_output_tokens": request.get("max_output_tokens"),
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "previous_response_id": request.get("previous_response_id"), "store": request.get("store", True),
+        "temperature": request.get("temperature"), "top_p": request.get("top_p"),
+        "tool_choice": request.get("tool_choice", "auto"), "tools": request.get("tools") or [], "text": fmt,
+        "metadata": request.get("metadata") or {}, "truncation": request.get("truncation", "disabled"),
+        "usage": responses_usage(usage) if usage is not None else None,
+    }
+    if request.get("user") is not None:
+        obj["user"] = request["user"]
+    return obj
+
+
+def status_of(finish: str | None) -> str:
+    return "incomplete" if finish in _INCOMPLETE else "completed"
+
+
+def from_chat_completion(completion: Any, response_id: str, created: int, request: dict[str, Any]
+                         ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the `response` object, the assistant's chat message) from a chat completion JSON object."""
+    if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list) \
+            or not completion["choices"] or not isinstance(completion["choices"][0], dict):
+        raise InvalidRequest("the model's answer is not a chat completion", param="model")
+    choice = completion["choices"][0]
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    text = message.get("content") if isinstance(message.get("content"), str) else ""
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") or {}
+        calls.append((str(call.get("id") or f"call_{i}"), str(function.get("name", "")),
+                      str(function.get("arguments", ""))))
+    finish = choice.get("finish_reason")
+    model = completion.get("model") if isinstance(completion.get("model"), str) else request["model"]
+    obj = response_object(response_id, created, model, request, status_of(finish),
+                          output_items(text, calls, response_id), completion.get("usage") or {}, finish)
+    return obj, assistant_message(text, calls)
+
+
+def assistant_message(text: str, calls: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The answer as the chat message a later turn (previous_response_id) sends back."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = [{"id": c, "type": "function", "function": {"name": n, "arguments": a}}
+                                 for c, n, a in calls]
+    return message
+
+
+class ResponsesStream:
+    """Chat SSE bytes in, Responses SSE events out. Feed every chunk; `fail()` on a broken stream.
+    `result` holds the final response object and the assistant's chat message once the stream ended."""
+
+    def __init__(self, response_id: str, created: int, request: dict[str, Any], source: str = "upstream") -> None:
+        self._id = response_id
+        self._message_id = b"msg_" + response_id[5:].encode()
+        self._created = created
+        self._request = request
+        self._model = request["model"]
+        self._reader = ChatStreamReader(source)
+        self._sequence = 0
+        self._started = False
+        self._text: list[str] | None = None  # the open message item's text
+        self._message_index = -1
+        self._calls: dict[int, list[Any]] = {}  # chat tool index -> [output index, call id, name, [args]]
+        self._output: list[dict[str, Any]] = []
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self.result: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self.ended = False
+        self.error: str | None = None  # why the stream failed, once it did
+
+    def _event(self, name: str, payload: dict[str, Any]) -> bytes:
+        payload["type"] = name
+        payload["sequence_number"] = self._sequence
+        self._sequence += 1
+        return named_event(name, payload)
+
+    def _snapshot(self, status: str, error: dict[str, Any] | None = None) -> dict[str, Any]:
+        return response_object(self._id, self._created, self._model, self._request, status, list(self._output),
+                               self._usage, self._finish, error)
+
+    def start(self) -> list[bytes]:
+        self._started = True
+        snapshot = self._snapshot("in_progress")
+        return [self._event("response.created", {"response": snapshot}),
+                self._event("response.in_progress", {"response": snapshot})]
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out = [] if self._started else self.start()
+        for item in self._reader.feed(chunk):
+            if self.ended:
+                break
+            if type(item) is str:
+                self._text_piece(item, out)
+            elif isinstance(item, StreamEnd):
+                out += self.finish() if item.error is None else self.fail(item.error, item.code or "upstream_error")
+            else:
+                self._delta(item, out)
+        return out
+
+    def _text_piece(self, text: str, out: list[bytes]) -> None:
+        if self._text is None:
+            self._open_message(out)
+        assert self._text is not None
+        self._text.append(text)
+        out.append(_TEXT_DELTA % (self._sequence, self._message_id, self._message_index, orjson.dumps(text)))
+        self._sequence += 1
+
+    def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
+        if delta.model and self._model == self._request["model"]:
+            self._model = delta.model
+        if delta.text:
+            self._text_piece(delta.text, out)
+        for tool in delta.tools:
+            call = self._calls.get(tool.index)
+            if call is None:
+                self._close_message(out)
+                index = len(self._output)
+                call = self._calls[tool.index] = [index, tool.id or f"call_{tool.index}", tool.name or "", []]
+                item = _call_item(self._id, len(self._calls) - 1, call[1], call[2], "", "in_progress")
+                self._output.append(item)
+                out.append(self._event("response.output_item.added", {"output_index": index, "item": item}))
+            elif tool.name and not call[2]:
+                call[2] = tool.name
+            if tool.arguments:
+                call[3].append(tool.arguments)
+                out.append(_ARGUMENTS_DELTA % (self._sequence, self._output[call[0]]["id"].encode(), call[0],
+                                               orjson.dumps(tool.arguments)))
+                self._sequence += 1
+        if delta.finish is not None:
+            self._finish = delta.finish
+        if delta.usage is not None:
+            self._usage = delta.usage
+
+    def _open_message(self, out: list[bytes]) -> None:
+        self._text = []
+        self._message_index = len(self._output)
+        item = _message_item(self._id, "", "in_progress")
+        self._output.append(item)
+        out.append(self._event("response.output_item.added", {"output_index": self._message_index, "item": item}))
+        out.append(self._event("response.content_part.added", {
+            "item_id": item["id"], "output_index": self._message_index, "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []}}))
+
+    def _close_message(self, out: list[bytes]) -> None:
+        if self._text is None or self._output[self._message_index]["status"] == "completed":
+            return
+        text = "".join(self._text)
+        item = self._output[self._message_index] = _message_item(self._id, text, "completed")
+        base = {"item_id": item["id"], "output_index": self._message_index, "content_index": 0}
+        out.append(self._event("response.output_text.done", {**base, "text": text, "logprobs": []}))
+        out.append(self._event("response.content_part.done", {**base, "part": item["content"][0]}))
+        out.append(self._event("response.output_item.done", {"output_index": self._message_index, "item": item}))
+
+    def _close_calls(self, out: list[bytes]) -> None:
+        for n, (index, call_id, name, pieces) in enumerate(self._calls.values()):
+            arguments = "".join(pieces)
+            item = self._output[index] = _call_item(self._id, n, call_id, name, arguments, "completed")
+            out.append(self._event("response.function_call_arguments.done", {
+                "item_id": item["id"], "output_index": index, "name": name, "arguments": arguments}))
+            out.append(self._event("response.output_item.done", {"output_index": index, "item": item}))
+
+    def finish(self) -> list[bytes]:
+        """The chat stream ended with [DONE]: close the open items, then response.completed (or .incomplete)."""
+        out: list[bytes] = [] if self._started else self.start()
+        if self.ended:
+            return out
+        if self._text is None and not self._calls:
+            self._open_message(out)  # an empty answer is still one (empty) message
+        self._close_message(out)
+        self._close_calls(out)
+        status = status_of(self._finish)
+        if self._usage is None:
+            self._usage = {}
+        response = self._snapshot(status)
+        out.append(self._event("response.completed" if status == "completed" else "response.incomplete",
+                               {"response": response}))
+        self.ended = True
+        text = "".join(self._text or ())
+        calls = [(c[1], c[2], "".join(c[3])) for c in self._calls.values()]
+        self.result = (response, assistant_message(text, calls))
+        return out
+
+    def fail(self, message: str, code: str = "server_error") -> list[bytes]:
+        """The stream broke: `response.failed` with the error, and no further events."""
+        out: list[bytes] = [] if self._started else self.start()
+        if self.ended:
+            return out
+        self.ended = True
+        self.error = message
+        error = {"code": code, "message": message}
+        out.append(self._event("response.failed", {"response": self._snapshot("failed", error)}))
+        return out

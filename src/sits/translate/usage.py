@@ -1,0 +1,50 @@
+"""Token usage in each wire format, from and to the chat-completions `usage` object.
+
+Chat usage counts every prompt token in `prompt_tokens`; the cached part is in
+`prompt_tokens_details.cached_tokens` (OpenAI's field) and the part written to a prompt cache in
+`prompt_tokens_details.cache_creation_tokens` (SITS's name for Anthropic's cache writes). Anthropic's
+`input_tokens` counts only the uncached rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def chat_counts(usage: Any) -> tuple[int, int, int, int, int]:
+    """(prompt, completion, cached, cache_creation, reasoning) from a chat `usage` object (zeros if absent)."""
+    if not isinstance(usage, dict):
+        return 0, 0, 0, 0, 0
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    out_details = usage.get("completion_tokens_details")
+    out_details = out_details if isinstance(out_details, dict) else {}
+    return (_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), _int(details.get("cached_tokens")),
+            _int(details.get("cache_creation_tokens")), _int(out_details.get("reasoning_tokens")))
+
+
+def responses_usage(usage: Any) -> dict[str, Any]:
+    prompt, completion, cached, _, reasoning = chat_counts(usage)
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": prompt + completion}
+
+
+def anthropic_usage(usage: Any) -> dict[str, int]:
+    prompt, completion, cached, creation, _ = chat_counts(usage)
+    return {"input_tokens": max(0, prompt - cached - creation), "output_tokens": completion,
+            "cache_read_input_tokens": cached, "cache_creation_input_tokens": creation}
+
+
+def chat_usage_from_anthropic(usage: Any) -> dict[str, Any]:
+    """Anthropic's usage as chat usage: prompt tokens include the cache reads and writes."""
+    usage = usage if isinstance(usage, dict) else {}
+    fresh, output = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
+    read, written = _int(usage.get("cache_read_input_tokens")), _int(usage.get("cache_creation_input_tokens"))
+    prompt = fresh + read + written
+    return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output,
+            "prompt_tokens_details": {"cached_tokens": read, "cache_creation_tokens": written}}

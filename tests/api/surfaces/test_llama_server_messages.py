@@ -1,0 +1,55 @@
+"""llama.cpp's `llama-server` serves Anthropic's `/v1/messages` itself: the real Anthropic-API upstream
+behind an endpoint that declares `api: anthropic`, reached by an OpenAI client and an Anthropic client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from sits.backends.local.model_files import resolve_gguf
+from tests.conftest import base_url, sdk
+from tests.llama_server import SMOLLM2, LlamaServer
+
+
+@pytest.fixture
+async def llama(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LlamaServer]:
+    gguf: Path = resolve_gguf(SMOLLM2, tmp_path_factory.getbasetemp().parent / "sits-data")
+    server = await LlamaServer(gguf).start()
+    yield server
+    await server.stop()
+
+
+def config(url: str) -> dict:
+    return {"server": {"drain_timeout_s": 2},
+            "models": [{"name": "smol", "endpoints": [{"url": url, "api": "anthropic"}]}]}
+
+
+async def test_openai_and_anthropic_clients_reach_llama_servers_messages_api(llama, start_gateway):
+    gateway = await start_gateway(config(llama.url))
+    client = sdk(gateway)
+    completion = await client.chat.completions.create(
+        model="smol", max_tokens=6, temperature=0, messages=[{"role": "user", "content": "Say hi"}])
+    assert completion.choices[0].message.content
+    assert completion.choices[0].finish_reason in ("stop", "length")
+    assert completion.usage.prompt_tokens > 5 and 0 < completion.usage.completion_tokens <= 6
+    stream = await client.chat.completions.create(
+        model="smol", max_tokens=6, temperature=0, stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Say hi"}])
+    chunks = [c async for c in stream]
+    text = "".join(choice.delta.content or "" for c in chunks for choice in c.choices)
+    assert text and chunks[-1].usage is not None
+    usage = chunks[-1].usage
+    assert usage.prompt_tokens > 5 and 0 < usage.completion_tokens <= 6
+    # the second request's prompt was in llama-server's cache: Anthropic's cache_read_input_tokens, as cached tokens
+    assert usage.prompt_tokens_details.cached_tokens > 0
+    async with anthropic.AsyncAnthropic(base_url=base_url(gateway), api_key="k", max_retries=0) as claude:
+        async with claude.messages.stream(model="smol", max_tokens=6,
+                                          messages=[{"role": "user", "content": "Say hi"}]) as stream:
+            final = await stream.get_final_message()
+    assert final.content[0].type == "text" and final.content[0].text
+    assert final.stop_reason in ("end_turn", "max_tokens")
+    assert final.usage.output_tokens <= 6
+    assert final.usage.input_tokens + final.usage.cache_read_input_tokens > 5
