@@ -14,6 +14,7 @@ Valgrind runs the gateway about 50x slower, so the counts include no waiting: on
     python bench/bench_instructions.py                       # both modes, this checkout
     python bench/bench_instructions.py --src ../old/src      # another commit's source (A/B)
     python bench/bench_instructions.py --json results/instructions.json
+    python bench/bench_instructions.py --tenants             # keys, a Redis rpm/tpm/concurrency limit, budgets on
 
 Needs `valgrind` (Debian package) and `taskset`. Results: a Markdown table on stdout.
 """
@@ -41,6 +42,20 @@ from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa
 _TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
 
+# --tenants: the key gate on, with the bench key's limits counted in Redis and its budgets reserved and settled
+# (bench/sits_bench_keys.py); the model has a price so every request's cost is computed.
+TENANTS_CONFIG = """
+tenants:
+  enabled: true
+  limits: {redis_url: "REDIS_URL", key_prefix: "sits:bench:PREFIX:"}
+models:
+  - name: bench-model
+    price: {input: 3.0, cached_input: 0.3, output: 15.0}
+    endpoints: [{url: "UPSTREAM_URL"}]
+"""
+TENANTS_SECRET = "bench-key-secret"
+TENANTS_KEY = "sk-bench-tenant-key"
+
 # The same question on each API surface: (path, body, extra headers, what a complete stream ends with).
 # Responses runs with store: false, so the figure is the translation's cost, not the response store's.
 SURFACES = {
@@ -51,7 +66,8 @@ SURFACES = {
 }
 
 
-async def _load(port: int, stream: bool, requests: int, concurrency: int, surface: str = "chat") -> float:
+async def _load(port: int, stream: bool, requests: int, concurrency: int, surface: str = "chat",
+                api_key: str | None = None) -> float:
     """Closed loop: `requests` requests of `surface` over `concurrency` keep-alive connections; seconds taken."""
     import aiohttp
 
@@ -59,6 +75,8 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int, surfac
     body = {"model": "bench-model", **fields, "stream": stream}
     url = f"http://127.0.0.1:{port}{path}"
     left = requests
+    if api_key:
+        headers = {**headers, "Authorization": f"Bearer {api_key}"}
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         async def worker() -> None:
@@ -77,7 +95,7 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int, surfac
 
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
             procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0,
-            surface: str = "chat") -> dict:
+            surface: str = "chat", tenants_redis: str | None = None) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
                                         "--event-gap-ms", str(event_gap_ms)], cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
@@ -91,6 +109,12 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             config_file = out_dir / "config.yaml"
             config_file.write_text(config.read_text().replace("UPSTREAM_URL", upstream_url))
             command[3:] = ["--config", str(config_file)]
+        if tenants_redis is not None:  # the key gate on: the bench key's runner, its config, its key
+            config_file = out_dir / "tenants.yaml"
+            config_file.write_text(TENANTS_CONFIG.replace("UPSTREAM_URL", upstream_url)
+                                   .replace("REDIS_URL", tenants_redis).replace("PREFIX", str(os.getpid())))
+            command = [str(HERE / "sits_bench_keys.py"), "serve", "--config", str(config_file)]
+            env["SITS_KEY_SECRET"], env["SITS_BENCH_KEY"] = TENANTS_SECRET, TENANTS_KEY
     else:  # the bare Python proxy: what any gateway on this stack costs at the least
         command = [str(HERE / "python_proxy_floor.py"), "--upstream", upstream_url, "--shape", server.split("-")[1]]
     gateway = procs.start(f"{server}-callgrind", [
@@ -101,9 +125,10 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             wait_http_ok(gateway, f"http://127.0.0.1:{port}/readyz", timeout_s=600, interval_s=0.5)
         else:
             wait_for_line(gateway, "PORT", 600)
-        asyncio.run(_load(port, stream, warmup, concurrency, surface))
+        api_key = TENANTS_KEY if tenants_redis is not None else None
+        asyncio.run(_load(port, stream, warmup, concurrency, surface, api_key))
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
-        seconds = asyncio.run(_load(port, stream, requests, concurrency, surface))
+        seconds = asyncio.run(_load(port, stream, requests, concurrency, surface, api_key))
         subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
         subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
         time.sleep(1.0)
@@ -115,7 +140,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
         raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
     return {"server": server, "surface": surface, "mode": "stream" if stream else "nonstream", "requests": requests,
             "concurrency": concurrency,
-            "event_gap_ms": event_gap_ms,
+            "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None,
             "instructions": total, "instructions_per_request": round(total / requests),
             "seconds_under_valgrind": round(seconds, 1)}
 
@@ -140,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                     "does (default 0: all events in one write); prices relaying one event, e.g. 5 with --concurrency 2")
     ap.add_argument("--surface", default="chat", help="the API surface(s) the load speaks, comma-separated: "
                     "chat (/v1/chat/completions), responses (/v1/responses), messages (/v1/messages)")
+    ap.add_argument("--tenants", action="store_true",
+                    help="turn the key gate on: a tenant key with rpm, tpm and concurrency limits counted in Redis "
+                    "(--redis-url) and daily and monthly budgets, a priced model (bench/sits_bench_keys.py)")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis --tenants counts limits in")
     args = ap.parse_args(argv)
     surfaces = args.surface.split(",")
     if not set(surfaces) <= set(SURFACES):
@@ -161,10 +190,11 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in args.modes.split(","):
                     rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests,
                                         args.warmup, args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms,
-                                        surface))
+                                        surface, args.redis_url if args.tenants else None))
         finally:
             procs.stop_all()
-    print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}\n")
+    print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}; "
+          f"tenants: {'on (limits in ' + args.redis_url + ')' if args.tenants else 'off'}\n")
     print("| surface | mode | requests | concurrency | upstream event gap (ms) | instructions per request |")
     print("|---|---|---:|---:|---:|---:|")
     for r in rows:

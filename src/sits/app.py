@@ -23,7 +23,7 @@ from sits.api.auth import AdminGuard, DataPlaneKeys
 from sits.api.cluster_routes import ALIASES_PREFIX, ClusterRoutes, cluster_route_table
 from sits.api.control_routes import PREFIX as CONTROL_PREFIX
 from sits.api.control_routes import ControlRoutes
-from sits.api.dispatch import Dispatcher
+from sits.api.dispatch import Dispatcher, Route
 from sits.api.engine_routes import SLEEPING as ENGINES_SLEEPING
 from sits.api.engine_routes import SWITCH as ENGINE_SWITCH
 from sits.api.engine_routes import EngineRoutes
@@ -38,6 +38,7 @@ from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLi
 from sits.api.http_types import HttpRequest
 from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
+from sits.api.tenant_gate import HttpTenantGate, PromptTokens
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.messages_routes import COUNT_TOKENS as MESSAGES_COUNT_TOKENS
 from sits.api.messages_routes import PATH as MESSAGES
@@ -64,6 +65,7 @@ from sits.control.adapters.store import AdapterStore
 from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
 from sits.configuration.gateway import GatewayConfig
+from sits.errors import ConfigError
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.kv_migration import KvMigrator
@@ -99,7 +101,13 @@ from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
+from sits.tenants.budget import BudgetChecks, PeriodSpend
 from sits.tenants.config import TenantsConfig
+from sits.tenants.gate import GateSettings, TenantGate
+from sits.tenants.limiter import Limiter
+from sits.tenants.metrics import TenantMetrics
+from sits.tenants.records import KeyDirectory, SpendSink
+from sits.tenants.redis_wire import RedisWire
 from sits.tenants.directory import LiveKeyDirectory
 from sits.tenants.key_lifecycle import KeyLifecycle
 from sits.tenants.key_secret import key_secret
@@ -143,8 +151,15 @@ def tracing_settings(settings: Settings, config: GatewayConfig) -> TracingSettin
                            service_name=t.service_name)
 
 
+def _as_is(route: Route) -> Route:
+    return route
+
+
 class Gateway:
-    def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None) -> None:
+    def __init__(self, settings: Settings, config: GatewayConfig, *, rng_seed: int | None = None,
+                 key_directory: KeyDirectory | None = None, spend_sink: SpendSink | None = None,
+                 period_spend: PeriodSpend | None = None) -> None:
+        """`key_directory`, `spend_sink`, `period_spend`: in place of the tenant store's (tests, benches)."""
         self.settings = settings
         self.config = config
         self.routing_table = LiveTable()  # published by the registry (through the cluster's alias overlay)
@@ -244,8 +259,13 @@ class Gateway:
                                                    uploads, limits, self._clock, time.time, default_calibration()),
         )
         files = FileRoutes(uploads, documents, limits)
+        # The key gate: keys, limits, budgets and prices on the request path (docs/limits-and-budgets.md).
+        self.tenant_gate = self._tenant_gate(config.tenants, key_directory, spend_sink, period_spend) \
+            if config.tenants.enabled else None
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
-                                     admission=self.admission, resume_streams=resilience.resume_streams)
+                                     admission=self.admission, resume_streams=resilience.resume_streams,
+                                     tenants=self.tenant_gate)
+        gated = self.tenant_gate.wrap if self.tenant_gate is not None else _as_is
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
         engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
                                                      self._clock), admin_guard)
@@ -272,26 +292,27 @@ class Gateway:
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed),
             workers_folder=share_folder / "cluster" if share_folder is not None else None,
             registry=self.registry, breakers=self._breakers)  # runtime registrations and circuits replicate too
-        cluster_routes = ClusterRoutes(self.cluster, admin_guard)
+        cluster_routes = ClusterRoutes(self.cluster, admin_guard,
+                                       self.tenant_gate.gate.limiter.describe if self.tenant_gate is not None else None)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
         tenant_routes, tenant_prefixes = self._tenant_routes(admin_guard) if self.tenant_store is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         # The Responses and Messages APIs: translated to chat completions, the same request path.
-        surface_path = SurfacePath(director, observer, self.admission)
+        surface_path = SurfacePath(director, observer, self.admission, self.tenant_gate)
         self._response_store = build_response_store(config.responses)
         responses = ResponsesRoutes(surface_path, self._response_store, self._client_keys,
                                     config.responses.max_record_bytes)
         messages = MessagesRoutes(surface_path, self.tokenizers, self.routing_table)
         self.handler = Dispatcher(
             {
-                ("POST", "/v1/chat/completions"): openai_routes.chat_completions,
-                ("POST", RESPONSES): responses.create,
-                ("POST", MESSAGES): anthropic_errors(messages.create, self._client_keys),
+                ("POST", "/v1/chat/completions"): gated(openai_routes.chat_completions),
+                ("POST", RESPONSES): gated(responses.create),
+                ("POST", MESSAGES): gated(anthropic_errors(messages.create, self._client_keys)),
                 ("POST", MESSAGES_COUNT_TOKENS): anthropic_errors(messages.count_tokens, self._client_keys),
                 ("POST", "/v1/files"): files.upload,
-                ("POST", "/v1/completions"): openai_routes.completions,
-                ("POST", "/v1/embeddings"): openai_routes.embeddings,
+                ("POST", "/v1/completions"): gated(openai_routes.completions),
+                ("POST", "/v1/embeddings"): gated(openai_routes.embeddings),
                 ("GET", "/v1/models"): openai_routes.list_models,
                 ("POST", "/v1/models/register"): control_routes.register,
                 ("POST", "/v1/models/discover"): control_routes.discover,
@@ -318,7 +339,8 @@ class Gateway:
                            ALIASES_PREFIX: cluster_routes.alias_resource,
                            ADAPTERS_PREFIX: adapter_routes.adapter_resource, **tenant_prefixes,
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
-            before=self._authenticate if self._client_keys.enabled else None,
+            before=self.tenant_gate.before if self.tenant_gate is not None
+            else self._authenticate if self._client_keys.enabled else None,
         )
 
         # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
@@ -364,6 +386,26 @@ class Gateway:
         self.spend_log = SpendLog(SpendStore(store.db), cfg.spend_log)
         if isinstance(self.metrics, GatewayMetrics):
             self.metrics.registry.register(TenantStoreMetrics(self.spend_log, self.key_directory))
+
+    def _tenant_gate(self, config: TenantsConfig, directory: KeyDirectory | None, sink: SpendSink | None,
+                     period_spend: PeriodSpend | None) -> HttpTenantGate:
+        server = self.config.server
+        if server.grpc_port is not None or server.epp_port is not None:  # they would let unchecked keys in
+            raise ConfigError("tenants.enabled: the gRPC door and the endpoint picker do not check tenant keys; "
+                              "unset server.grpc_port and server.epp_port, or turn tenants off")
+        assert self.key_secret is not None and self.key_directory is not None and self.spend_log is not None
+        limits = config.limits
+        self._limits_redis = RedisWire(limits.redis_url, limits.redis_timeout_s) if limits.redis_url else None
+        limiter = Limiter(self._limits_redis, lambda: self.cluster.members(), lease_s=limits.concurrency_lease_s,
+                          retry_redis_s=limits.retry_redis_s)
+        metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
+        if isinstance(self.metrics, GatewayMetrics):
+            self.metrics.registry.register(metrics)
+        gate = TenantGate(directory or self.key_directory, sink or self.spend_log, limiter,
+                          BudgetChecks(limits.key_prefix, period_spend or self.spend_log.period_spend),
+                          self.routing_table, metrics,
+                          GateSettings(self.key_secret, limits.default_output_reservation, limits.key_prefix))
+        return HttpTenantGate(gate, PromptTokens(self.tokenizers, self.routing_table), DATA_PLANE_PATHS)
 
     def _tenant_routes(self, admin_guard: AdminGuard) -> RouteTables:
         """The tenant admin API and spend reports (api/tenant_routes.py)."""
@@ -475,6 +517,10 @@ class Gateway:
         for part in reversed(self._background):  # a tokenizer load still running finishes in its thread, unused
             await part.stop()
         await self.kv_migrator.stop()
+        if self.tenant_gate is not None:  # the last settlements go to Redis
+            await self.tenant_gate.gate.limiter.close()
+            if self._limits_redis is not None:
+                await self._limits_redis.close()
         await self.cluster.stop()
         await self._answers.close()
         await self._response_store.close()

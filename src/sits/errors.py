@@ -172,3 +172,12 @@ class SlotActionFailed(UpstreamError):
 
     code = "slot_action_failed"
     retryable = False
+
+
+class RateLimited(ClientError):
+    """A key's or team's limit (rpm, tpm, concurrency) or hard budget is reached: retry after `Retry-After`.
+    `param` names the limit."""
+
+    http_status = 429
+    code = "rate_limit_exceeded"
+    error_type = "rate_limit_error"

@@ -3,7 +3,8 @@ and the replica-to-replica sync endpoint. Admin-guarded, like the control API.""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 from urllib.parse import unquote
 
 import orjson
@@ -34,9 +35,12 @@ class SwitchRequest(BaseModel):
 
 
 class ClusterRoutes:
-    def __init__(self, node: ClusterNode, guard: AdminGuard) -> None:
+    def __init__(self, node: ClusterNode, guard: AdminGuard,
+                 limits: Callable[[], dict[str, Any]] | None = None) -> None:
+        """`limits`: where tenant limits are counted now (shared in Redis, or this replica's share)."""
         self._node = node
         self._guard = guard
+        self._limits = limits
 
     async def list_aliases(self, request: HttpRequest, request_id: str) -> HttpResponse:
         self._guard.check(request)
@@ -64,7 +68,10 @@ class ClusterRoutes:
     async def status(self, request: HttpRequest, request_id: str) -> HttpResponse:
         """GET /v1/cluster."""
         self._guard.check(request)
-        return _json(200, self._node.describe())
+        described = self._node.describe()
+        if self._limits is not None:
+            described["limits"] = self._limits()
+        return _json(200, described)
 
     async def sync(self, request: HttpRequest, request_id: str) -> HttpResponse:
         """POST /v1/cluster/sync: merge a peer's document (or delta); answer with ours, whole."""

@@ -12,6 +12,7 @@ import orjson
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.request_intake import RequestIntake
+from sits.api.tenant_gate import HttpTenantGate
 from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema, include_usage
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
@@ -31,11 +32,12 @@ _SEEN_UNKNOWN_LIMIT = 256
 class OpenAIRoutes:
     def __init__(self, director: Director, table: Callable[[], RoutingTable], created: int,
                  observer: RequestObserver, admission: Admission | None = None,
-                 resume_streams: bool = False) -> None:
+                 resume_streams: bool = False, tenants: HttpTenantGate | None = None) -> None:
         self._director = director
         self._resume_streams = resume_streams
         self._observer = observer
-        self._intake = RequestIntake(director, admission)
+        self._tenants = tenants
+        self._intake = RequestIntake(director, admission, tenants.key_class if tenants is not None else None)
         self._table = table
         self._created = created
         self._unknown_fields_seen: set[str] = set()
@@ -85,6 +87,8 @@ class OpenAIRoutes:
         stream = body.get("stream") is True
         priority, scope = self._intake.class_and_scope(request, model)
         seen = self._observer.begin(request, api, request_id, model, body)
+        if self._tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
+            await self._tenants.admit(seen, request, model, body, prompt_text)
         routing = self._intake.routing(api, schema, body, stream, request, request_id, prompt_text, priority, scope,
                                        seen.trace)
         try:
@@ -103,7 +107,7 @@ class OpenAIRoutes:
             seen.failed(exc, prompt_text)
             raise
         seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                    answer.usage(payload), prompt=prompt_text)
+                    answer.usage(payload), prompt=prompt_text, raw_usage=payload)
         if answer.cache_key is not None:
             self._director.remember(answer, completion_from_json(api, payload))
         return HttpResponse(200, payload, content_type=answer.content_type, headers=headers)
@@ -174,7 +178,7 @@ class OpenAIRoutes:
         finally:
             seen.served(answer.model, answer.source, answer.route, answer.attempts,
                         answer.first_byte_at, answer.usage(last), status=status, prompt=prompt,
-                        error=None if status == 200 else "client closed the stream")
+                        error=None if status == 200 else "client closed the stream", raw_usage=last)
         if accumulator is not None:
             self._director.remember(answer, accumulator.result())
 

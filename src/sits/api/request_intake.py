@@ -4,6 +4,7 @@ routing request with what scheduling needs to know."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sits.api.auth import bearer_token
@@ -17,10 +18,13 @@ from sits.telemetry.tracing import Trace
 
 
 class RequestIntake:
-    def __init__(self, director: Director, admission: Admission | None) -> None:
+    def __init__(self, director: Director, admission: Admission | None,
+                 key_class: Callable[[HttpRequest], int | None] | None = None) -> None:
+        """`key_class`: the admission class of the request's tenant key (tenants on), else None."""
         self._answers = director.answers
         # The class rules (header, key, model) are static: read here, before the admission stage.
         self._rules = admission.rules if admission is not None else None
+        self._key_class = key_class if admission is not None else None
         # The caller's key matters to admission only when some key has its own class.
         self._admission_reads_keys = self._rules is not None and bool(self._rules.by_key_sha256)
 
@@ -29,8 +33,10 @@ class RequestIntake:
         caching = self._answers.enabled  # true once the cache is open (at startup): read per request
         token = bearer_token(request) if caching or self._admission_reads_keys else None
         scope = cache_scope(None, token) if caching else "anonymous"
-        priority = int(self._rules.resolve(request.headers.get("x-sits-priority"), token, model)) \
-            if self._rules is not None else 1
+        if self._rules is None:
+            return 1, scope
+        key_class = self._key_class(request) if self._key_class is not None else None
+        priority = int(self._rules.resolve(request.headers.get("x-sits-priority"), token, model, key_class))
         return priority, scope
 
     @staticmethod

@@ -14,6 +14,7 @@ from sits.api.http_types import HttpRequest
 from sits.api.request_intake import RequestIntake
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.schemas import CHAT_COMPLETION
+from sits.api.tenant_gate import HttpTenantGate
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.answer import Answer
@@ -40,10 +41,12 @@ class Started(NamedTuple):
 
 
 class SurfacePath:
-    def __init__(self, director: Director, observer: RequestObserver, admission: Admission | None) -> None:
+    def __init__(self, director: Director, observer: RequestObserver, admission: Admission | None,
+                 tenants: HttpTenantGate | None = None) -> None:
         self._director = director
         self._observer = observer
-        self._intake = RequestIntake(director, admission)
+        self._tenants = tenants
+        self._intake = RequestIntake(director, admission, tenants.key_class if tenants is not None else None)
 
     def bad_input(self, error: SitsError) -> None:
         """A request refused before routing: counted as the chat door counts it."""
@@ -62,6 +65,8 @@ class SurfacePath:
         model: str = body["model"]
         priority, scope = self._intake.class_and_scope(request, model)
         seen = self._observer.begin(request, surface, request_id, model, body)
+        if self._tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
+            await self._tenants.admit(seen, request, model, body, prompt)
         routing = self._intake.routing(CHAT_API, CHAT_COMPLETION, body, stream, request, request_id, prompt, priority,
                                        scope, seen.trace)
         try:
@@ -80,7 +85,7 @@ class SurfacePath:
             seen.failed(exc, prompt)
             raise
         seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                    answer.usage(payload), prompt=prompt)
+                    answer.usage(payload), prompt=prompt, raw_usage=payload)
         if answer.cache_key is not None:
             self._director.remember(answer, completion_from_json(CHAT_API, payload))
         try:
@@ -120,7 +125,7 @@ class SurfacePath:
                     yield b"".join(events)
         finally:
             seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                        answer.usage(last), status=status, prompt=prompt, error=error)
+                        answer.usage(last), status=status, prompt=prompt, error=error, raw_usage=last)
             answer.close(status == 200)
         if status == 200 and accumulator is not None:
             self._director.remember(answer, accumulator.result())

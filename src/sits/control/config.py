@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sits.errors import ConfigError
+from sits.state.token_price import Price
 
 Tier = Literal["tiny", "base", "heavy"]
 Feature = Literal["tools", "vision", "json"]  # what a request may need of a model (scheduling.types.FEATURES)
@@ -30,6 +31,19 @@ class TimeoutsConfig(Strict):
     total_s: PositiveFloat = 600.0
 
 
+class PriceConfig(Strict):
+    """USD per million tokens by kind (docs/limits-and-budgets.md); unset kinds of the optional two
+    fall back to input (cached input) and output (reasoning)."""
+
+    input: Annotated[float, Field(ge=0)] = 0.0
+    cached_input: Annotated[float, Field(ge=0)] | None = None
+    output: Annotated[float, Field(ge=0)] = 0.0
+    reasoning: Annotated[float, Field(ge=0)] | None = None
+
+    def price(self) -> Price:
+        return Price(self.input, self.cached_input, self.output, self.reasoning)
+
+
 class EndpointConfig(Strict):
     url: str
     upstream_model: str | None = None
@@ -39,6 +53,7 @@ class EndpointConfig(Strict):
     # The HTTP API the endpoint speaks: OpenAI's (chat/completions) or Anthropic's (/v1/messages, translated
     # both ways in the send step; docs/responses-and-messages.md)
     api: Literal["openai", "anthropic"] = "openai"
+    price: PriceConfig | None = None  # this endpoint's own price (a provider's); unset: the model's
 
     @field_validator("url")
     @classmethod
@@ -80,11 +95,15 @@ class ModelConfig(Strict):
     cost_per_1k_input: Annotated[float, Field(ge=0)] | None = None
     cost_per_1k_output: Annotated[float, Field(ge=0)] | None = None
     max_concurrency: Annotated[int, Field(ge=1)] | None = None  # caps the model's admission gate
+    # USD per million tokens by kind; `cost_per_1k_input/output` say the same per thousand (give one form).
+    price: PriceConfig | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if bool(self.endpoints) == (self.local is not None):
             raise ValueError("give either 'endpoints' (a non-empty list) or 'local', not both or neither")
+        if self.price is not None and (self.cost_per_1k_input is not None or self.cost_per_1k_output is not None):
+            raise ValueError("price: give either 'price' (per million tokens) or 'cost_per_1k_input/output', not both")
         return self
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sits.control.config import Feature, Tier
+from sits.control.config import Feature, PriceConfig, Tier
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]*$")]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -26,6 +26,7 @@ class EndpointRegistration(_Strict):
     weight: PositiveFloat = 1.0
     upstream_model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     key_env: EnvName | None = None
+    price: PriceConfig | None = None  # this endpoint's own price; unset: the model's
 
 
 class _ModelFields(_Strict):
@@ -47,6 +48,13 @@ class _ModelFields(_Strict):
     aliases: list[Name] | None = None
     fallbacks: list[Name] | None = None
     cache: bool | None = None
+    price: PriceConfig | None = None  # USD per million tokens by kind (or the cost_per_1k_* fields)
+
+    @model_validator(mode="after")
+    def _one_price_form(self) -> _ModelFields:
+        if self.price is not None and (self.cost_per_1k_input is not None or self.cost_per_1k_output is not None):
+            raise ValueError("price: give either 'price' (per million tokens) or 'cost_per_1k_input/output', not both")
+        return self
 
 
 class ModelRegistration(_ModelFields):

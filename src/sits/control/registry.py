@@ -32,6 +32,7 @@ from sits.errors import Conflict, ModelNotFound, NotFound, PreconditionFailed, S
 from sits.state.endpoint_health import HealthBoard
 from sits.state.registry_store import RegistryStore, StaleRegistryVersion
 from sits.state.routing_table import RoutingTable
+from sits.state.token_price import Price
 
 log = logging.getLogger("sits.registry")
 
@@ -194,7 +195,7 @@ class Registry:
     async def _endpoint(self, endpoint_id: str, ep: EndpointRegistration, param: str) -> EndpointRecord:
         await check_url(ep.url, self._policy, param=param)
         return EndpointRecord(id=endpoint_id, url=ep.url, weight=ep.weight, upstream_model=ep.upstream_model,
-                              key_env=ep.key_env)
+                              key_env=ep.key_env, price=ep.price.price() if ep.price is not None else None)
 
     async def _commit(self, upserts: dict[str, ModelRecord], deletes: set[str], announce: bool = True) -> Change:
         records = {n: r for n, r in self._records.items() if n not in deletes}
@@ -232,5 +233,6 @@ class Registry:
 
 
 def _tupled(fields: dict) -> dict:  # type: ignore[type-arg]
-    """Lists from JSON become tuples in the frozen record."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    """Lists from JSON become tuples in the frozen record, a price its record type."""
+    return {k: tuple(v) if isinstance(v, list) else Price(**v) if k == "price" and v is not None else v
+            for k, v in fields.items()}

@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from sits.control.config import ModelConfig
 from sits.state.routing_table import EndpointTimeouts
+from sits.state.token_price import Price
 
 Source = Literal["config", "local", "api"]  # local: an embedded model served by a worker process
 
@@ -27,6 +28,7 @@ class EndpointRecord:
     key_env: str | None = None
     timeouts: EndpointTimeouts = EndpointTimeouts()
     api: str = "openai"  # the HTTP API it speaks: "openai" or "anthropic"
+    price: Price | None = None  # None: the model's
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,7 @@ class ModelRecord:
     aliases: tuple[str, ...] = ()
     fallbacks: tuple[str, ...] = ()
     cache: bool = False
+    price: Price | None = None  # None: cost_per_1k_input/output, if set
     next_endpoint_index: int = field(default=0)
 
     def endpoint_ids(self) -> set[str]:
@@ -90,6 +93,7 @@ def records_from_config(models: Sequence[ModelConfig], local_urls: dict[str, str
                     key_env=ep.api_key_env,
                     timeouts=EndpointTimeouts(ep.timeouts.connect_s, ep.timeouts.first_byte_s, ep.timeouts.total_s),
                     api=ep.api,
+                    price=ep.price.price() if ep.price is not None else None,
                 )
                 for j, ep in enumerate(m.endpoints)
             )
@@ -100,6 +104,7 @@ def records_from_config(models: Sequence[ModelConfig], local_urls: dict[str, str
             features=tuple(m.features) if m.features is not None else None,
             cost_per_1k_input=m.cost_per_1k_input, cost_per_1k_output=m.cost_per_1k_output,
             latency_p95_ms=m.latency_p95_ms, max_concurrency=m.max_concurrency, cache=m.cache,
+            price=m.price.price() if m.price is not None else None,
             next_endpoint_index=len(endpoints),
         ))
     return records

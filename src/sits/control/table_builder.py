@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from sits.control.registry_records import EndpointRecord, ModelRecord
 from sits.errors import ConfigError
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from sits.state.token_price import Price
 
 _API_SUFFIXES = ("/chat/completions", "/completions", "/embeddings")
 
@@ -23,6 +24,7 @@ def build_routing_table(
     all_aliases = dict(aliases)
     for record in records:
         endpoints = tuple(_endpoint(record, ep, secrets) for ep in record.endpoints)
+        price = record.price or Price.per_thousand(record.cost_per_1k_input, record.cost_per_1k_output)
         models[record.name] = ModelEntry(
             name=record.name,
             endpoints=endpoints,
@@ -33,13 +35,15 @@ def build_routing_table(
             features=frozenset(record.features) if record.features is not None else None,
             context_window=record.context_window,
             latency_p95_ms=record.latency_p95_ms,
-            cost_per_1k_input=record.cost_per_1k_input,
-            cost_per_1k_output=record.cost_per_1k_output,
+            # Scorers read per-thousand costs: a model priced per million gets them from its price.
+            cost_per_1k_input=record.cost_per_1k_input if record.price is None else record.price.input / 1000,
+            cost_per_1k_output=record.cost_per_1k_output if record.price is None else record.price.output / 1000,
             max_concurrency=record.max_concurrency,
             tokenizer_family=record.tokenizer_family,
             version=record.version,
             fallbacks=record.fallbacks,
             cache=record.cache,
+            price=price,
         )
         for alias in record.aliases:
             all_aliases[alias] = record.name
@@ -82,4 +86,5 @@ def _endpoint(record: ModelRecord, ep: EndpointRecord, secrets: Mapping[str, str
         guarded=record.source == "api",
         health_check_path=record.health_check_path,
         api=ep.api,
+        price=ep.price,
     )

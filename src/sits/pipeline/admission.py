@@ -102,8 +102,9 @@ class PriorityRules:
     by_key_sha256: Mapping[str, Priority] = field(default_factory=lambda: MappingProxyType({}))
     key_is_ceiling: bool = True
 
-    def resolve(self, header: str | None, api_key: str | None, model: str) -> Priority:
-        key_class = self.by_key_sha256.get(key_digest(api_key)) if api_key and self.by_key_sha256 else None
+    def resolve(self, header: str | None, api_key: str | None, model: str, key_class: int | None = None) -> Priority:
+        if key_class is None:
+            key_class = self.by_key_sha256.get(key_digest(api_key)) if api_key and self.by_key_sha256 else None
         if header is not None:
             asked = parse_priority_header(header)
             if key_class is not None and self.key_is_ceiling:

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from sits.state.token_price import Price
+
 
 @dataclass(frozen=True, slots=True)
 class EndpointTimeouts:
@@ -35,6 +37,7 @@ class Endpoint:
     guarded: bool = False  # registered through the control API: connect only to addresses the policy allows
     health_check_path: str | None = None
     api: str = "openai"  # the HTTP API it speaks: "openai", or "anthropic" (translated in the send step)
+    price: Price | None = None  # this endpoint's own price; None: its model's
 
     @property
     def url(self) -> str:
@@ -61,6 +64,7 @@ class ModelEntry:
     version: str | None = None
     fallbacks: tuple[str, ...] = ()  # models to try, in order, when every endpoint of this one fails
     cache: bool = False  # answer from the semantic cache before calling an upstream (opt-in)
+    price: Price | None = None  # USD per million tokens by kind (also from cost_per_1k_*); None: free
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -23,8 +24,25 @@ class SpendLogConfig(_Strict):
 class LimitsConfig(_Strict):
     # Redis shared by every replica for limits and budget reservations; unset: each replica alone.
     redis_url: str | None = None
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        if url is not None and urlsplit(url).scheme not in ("redis", "rediss"):
+            raise ValueError(f"must be a redis:// or rediss:// URL, got {url!r}")
+        return url
+
     # Output tokens reserved at admission when the request names no max_tokens.
     default_output_reservation: Annotated[int, Field(ge=1)] = 1024
+    # One admission's Redis call may take this long; beyond, this replica counts alone (its share).
+    redis_timeout_s: PositiveFloat = 0.5
+    # While Redis is unreachable, one request every this many seconds tries it again.
+    retry_redis_s: PositiveFloat = 1.0
+    # A concurrency slot a replica took and never gave back (it died) frees itself after this long.
+    concurrency_lease_s: PositiveFloat = 600.0
+    # Every counter's Redis key starts with this (several gateways may share one Redis).
+    key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "sits:lim:"
+    # Distinct team label values in metrics; later teams are counted as "other".
+    max_team_labels: Annotated[int, Field(ge=1, le=10_000)] = 100
 
 
 class TenantsConfig(_Strict):

@@ -1,0 +1,346 @@
+"""The key gate of the data plane: who is calling, may they use this model, are they within their
+limits and budget, and what the request cost when it ends.
+
+Pure logic over the in-memory `KeyDirectory` and the `Limiter`: no database read per request. The
+HTTP edge (`api/tenant_gate.py`) authenticates in the dispatcher's `before` hook, calls `admit` once
+the model is known and hands the returned `Ticket` to the request's observation, which calls
+`Ticket.finish` exactly once (success, error, end of stream or client gone). Never the key itself
+in a log, a span or a metric: its public `key_id` and its team.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from fnmatch import fnmatchcase
+from typing import NamedTuple
+
+from sits.errors import Forbidden, RateLimited, Unauthorized
+from sits.state.routing_table import RoutingTable
+from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
+from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Plan, Reservation
+from sits.tenants.metrics import TenantMetrics
+from sits.tenants.pricing import FREE_SOURCES, PriceBook, usage_from
+from sits.tenants.records import (
+    Budget,
+    KeyDirectory,
+    KeyRecord,
+    Limits,
+    Price,
+    SpendRecord,
+    SpendSink,
+    TeamRecord,
+    Usage,
+    hash_key,
+)
+
+log = logging.getLogger("sits.tenants")
+
+AUTO = "auto"
+_MAX_USER_CHARS = 256
+_NO_USAGE = Usage()
+_ANY_MODEL = ("*",)
+_MAX_REMEMBERED_KEYS = 10_000
+_SHAPE_TTL_S = 60.0  # a budget counter's seed is read again after this long
+_NANO_PER_MILLION = NANO / 1_000_000  # prices are per million tokens, budgets counted in nano-USD
+
+
+class GateSettings(NamedTuple):
+    key_secret: bytes  # the HMAC secret key hashes are computed under
+    default_output_reservation: int  # output tokens reserved when the request names no max_tokens
+    prefix: str = "sits:lim:"  # Redis key prefix of every counter
+
+
+class Ticket:
+    """One admitted request: what it reserved, settled once by `finish`."""
+
+    __slots__ = ("_gate", "key", "team", "user", "model", "request_id", "reservation", "prompt_tokens",
+                 "output_tokens", "reserved_nano", "warning", "table", "_done")
+
+    def __init__(self, gate: TenantGate, key: KeyRecord, team: TeamRecord | None, user: str | None, model: str,
+                 request_id: str, reservation: Reservation | None, prompt_tokens: int, output_tokens: int,
+                 reserved_nano: int, warning: str | None) -> None:
+        self._gate = gate
+        self.key, self.team, self.user, self.model, self.request_id = key, team, user, model, request_id
+        self.reservation = reservation
+        self.prompt_tokens, self.output_tokens, self.reserved_nano = prompt_tokens, output_tokens, reserved_nano
+        self.warning = warning  # soft budget passed: said in the x-sits-budget-warning header
+        self.table: RoutingTable | None = None  # the table the request started with (its prices)
+        self._done = False
+
+    def finish(self, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes = b"",
+               counts: tuple[int, int] | None = None) -> None:
+        """Settle and log the spend; `raw_usage` is the answer (or the stream's last events) holding
+        `usage`, `counts` the (prompt, completion) tokens when only those are known."""
+        if self._done:
+            return
+        self._done = True
+        self._gate.finish(self, model, endpoint, status, seconds, raw_usage, counts)
+
+    def span_attributes(self) -> dict[str, str]:
+        return {"sits.key_id": self.key.key_id, "sits.team": self.key.team_id}
+
+
+class _Shape(NamedTuple):
+    key: KeyRecord
+    team: TeamRecord | None
+    table: RoutingTable
+    until: float  # wall seconds
+    plan: Plan | None  # None: no limit and no budget applies
+    price: Price | None  # what a reservation is priced at
+    budgets: tuple[tuple[str, str, Budget], ...]
+    soft: tuple[float, ...]  # each budget's soft limit in nano-USD (inf: none); empty when no budget has one
+    team_label: str
+    admitted: tuple[str, str, str]  # the metric's labels
+
+
+class TenantGate:
+    def __init__(self, directory: KeyDirectory, sink: SpendSink, limiter: Limiter, budgets: BudgetChecks,
+                 table: Callable[[], RoutingTable], metrics: TenantMetrics, settings: GateSettings,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._directory = directory
+        self._sink = sink
+        self.limiter = limiter
+        self._budgets = budgets
+        self._table = table
+        self.metrics = metrics
+        self._settings = settings
+        self._wall = wall
+        self._prices = PriceBook()
+        self._members = itertools.count(1)
+        self._member_prefix = os.urandom(6).hex() + "-"  # lease ids unique across replicas and restarts
+        self._shapes: dict[tuple[int, int, str], _Shape] = {}
+        self._hashes: dict[str, bytes] = {}  # presented key -> its keyed hash, for keys that exist
+        self._warned: set[str] = set()
+
+    # -- who, and what for ------------------------------------------------------------------
+
+    def authenticate(self, token: str | None) -> KeyRecord:
+        """The key presented as a bearer token: 401 when it is missing, unknown, revoked or expired.
+
+        The lookup is by the keyed hash of the token, which a caller cannot steer without the secret,
+        so the dictionary lookup leaks nothing useful by its timing. The hashes of keys that were found
+        are kept (bounded), so a known key costs a dictionary lookup instead of an HMAC; the directory
+        is still asked each time, so a revocation counts at the next request."""
+        if token is None:
+            self.metrics.requests.inc(("none", "none", "unauthorized"))
+            raise Unauthorized("this gateway needs 'Authorization: Bearer <api key>'")
+        key_hash = self._hashes.get(token)
+        if key_hash is None:
+            key_hash = hash_key(token, self._settings.key_secret)
+            key = self._directory.by_hash(key_hash)
+            if key is not None:  # only keys that exist: unknown ones cannot fill the memo
+                if len(self._hashes) >= _MAX_REMEMBERED_KEYS:
+                    self._hashes.clear()
+                self._hashes[token] = key_hash
+        else:
+            key = self._directory.by_hash(key_hash)
+        if key is None:
+            self.metrics.requests.inc(("none", "none", "unauthorized"))
+            raise Unauthorized("invalid API key")
+        now = self._wall()
+        if not key.usable_at(now):
+            self.metrics.requests.inc((self.metrics.team(key.team_id), "none", "unauthorized"))
+            raise Unauthorized(f"API key {key.key_id} is {_why_unusable(key, now)}")
+        return key
+
+    def check_model(self, key: KeyRecord, model: str, table: RoutingTable) -> None:
+        """403 naming what the key may use when `model` (or the model an alias points to) is not allowed."""
+        allowed = key.allowed_models
+        if allowed == ("*",):
+            return
+        target = table.aliases.get(model)
+        if any(fnmatchcase(model, p) or (target is not None and fnmatchcase(target, p)) for p in allowed):
+            return
+        self.metrics.requests.inc((self.metrics.team(key.team_id), self._model_label(model, table), "forbidden"))
+        raise Forbidden(f"API key {key.key_id} may not use model '{model}'; it may use: {', '.join(allowed)}",
+                        param="model", code="model_not_allowed")
+
+    # -- admission -------------------------------------------------------------------------
+
+    async def admit(self, key: KeyRecord, model: str, user: str | None, request_id: str,
+                    prompt_tokens: Callable[[], int], max_tokens: int | None) -> Ticket:
+        """A ticket, or 403 / 429 (a refused request is logged in the spend log too, at no cost)."""
+        if user is not None and len(user) > _MAX_USER_CHARS:
+            user = user[:_MAX_USER_CHARS]
+        table = self._table()
+        if key.allowed_models != _ANY_MODEL:
+            try:
+                self.check_model(key, model, table)
+            except Forbidden:
+                self._refused(key, model, user, request_id, Forbidden.http_status)
+                raise
+        team = self._directory.team(key.team_id)
+        now = self._wall()
+        shape = self._shapes.get((id(key), id(team), model))
+        if shape is None or shape.key is not key or shape.team is not team or shape.table is not table \
+                or now >= shape.until:
+            shape = self._shape(key, team, model, table, now)
+        plan = shape.plan
+        team_label = shape.team_label
+        if plan is None:  # nothing to count: no Redis round trip at all
+            self.metrics.requests.inc(shape.admitted)
+            ticket = Ticket(self, key, team, user, model, request_id, None, 0, 0, 0, None)
+            ticket.table = table
+            return ticket
+        prompt = prompt_tokens() if plan.tokens or plan.budgets else 0
+        output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
+        price = shape.price
+        reserve_nano = math.ceil((prompt * price.input + output * price.output) * _NANO_PER_MILLION) \
+            if plan.budgets and price is not None else 0
+        outcome = await self.limiter.admit(plan, prompt + output, reserve_nano, f"{self._member_prefix}{next(self._members)}")
+        if self.limiter.mode != "redis":
+            self.metrics.local_admissions.inc((self.limiter.mode,))
+        if type(outcome) is Denied:
+            kind = KIND_NAMES[outcome.check.kind]
+            self.metrics.requests.inc((team_label, shape.admitted[1], kind))
+            self._refused(key, model, user, request_id, RateLimited.http_status)
+            raise _refusal(outcome, kind, key, now)
+        self.metrics.requests.inc(shape.admitted)
+        warning = None
+        if shape.soft:  # some budget has a soft limit: is it passed?
+            for spent, threshold in zip(outcome.budget_spent, shape.soft, strict=False):
+                if spent >= threshold:
+                    warning = self._soft_warning(outcome, shape.budgets, key, team_label)
+                    break
+        ticket = Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano,  # type: ignore[arg-type]
+                        warning)
+        ticket.table = table
+        return ticket
+
+    def _shape(self, key: KeyRecord, team: TeamRecord | None, model: str, table: RoutingTable,
+               now: float) -> _Shape:
+        """What a key, its team and a model add up to: the checks and their encoded commands, kept until
+        the key, the team or the table change, a budget period ends, or a minute passes (budget seeds)."""
+        budgets = [(scope, scope_id, budget) for scope, scope_id, budget in (
+            ("key", key.key_id, key.budget), ("team", key.team_id, team.budget if team is not None else None))
+            if budget is not None]
+        limits = [(scope, scope_id, lim) for scope, scope_id, lim in (
+            ("key", key.key_id, key.limits), ("team", key.team_id, team.limits if team is not None else None),
+            ("key-model", f"{key.key_id}:{model}", _model_limits(key, model))) if lim is not None and lim.any]
+        prefix = self._settings.prefix
+        checks: list[Check] = []
+        for scope, scope_id, lim in limits:
+            if lim.rpm is not None:
+                checks.append(Check(RATE, scope, f"{prefix}r:{scope}:{scope_id}", lim.rpm))
+            if lim.tpm is not None:
+                checks.append(Check(TOKENS, scope, f"{prefix}t:{scope}:{scope_id}", lim.tpm))
+            if lim.concurrency is not None:
+                checks.append(Check(CONCURRENCY, scope, f"{prefix}c:{scope}:{scope_id}", lim.concurrency))
+        until = now + _SHAPE_TTL_S
+        for scope, scope_id, budget in budgets:
+            check = self._budgets.check(scope, scope_id, budget, now)
+            checks.append(check)
+            if check.period_end_ms:
+                until = min(until, check.period_end_ms / 1000)
+        team_label = self.metrics.team(key.team_id)
+        shape = _Shape(key, team, table, until, self.limiter.plan(checks) if checks else None,
+                       self._prices.estimate(table, model), tuple(budgets),
+                       tuple(b.soft_usd * NANO if b.soft_usd is not None else math.inf for _, _, b in budgets)
+                       if any(b.soft_usd is not None for _, _, b in budgets) else (), team_label,
+                       (team_label, self._model_label(model, table), "admitted"))
+        if len(self._shapes) > 10_000:
+            self._shapes.clear()
+        self._shapes[(id(key), id(team), model)] = shape
+        return shape
+
+    def _soft_warning(self, reservation: Reservation, budgets: tuple[tuple[str, str, Budget], ...], key: KeyRecord,
+                      team_label: str) -> str | None:
+        warnings = []
+        for (scope, scope_id, budget), spent in zip(budgets, reservation.budget_spent, strict=False):
+            if budget is not None and soft_exceeded(budget, spent):
+                self.metrics.soft_budget.inc((team_label, scope))
+                warnings.append(f"{scope} {scope_id} spent ${spent / NANO:.4f} of its {budget.period} soft budget "
+                                f"${budget.soft_usd:g}")
+                marker = f"{scope}:{scope_id}:{budget.period}"
+                if marker not in self._warned and len(self._warned) < 10_000:  # one log line per budget
+                    self._warned.add(marker)
+                    log.warning("soft budget passed: %s (key %s)", warnings[-1], key.key_id)
+        return "; ".join(warnings) or None
+
+    # -- settlement ------------------------------------------------------------------------
+
+    def finish(self, ticket: Ticket, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes,
+               counts: tuple[int, int] | None) -> None:
+        table = ticket.table or self._table()
+        free = endpoint in FREE_SOURCES
+        usage = usage_from(raw_usage, counts) if raw_usage else None
+        if usage is None and counts is not None:
+            usage = Usage(counts[0], 0, counts[1], 0)
+        if usage is None:
+            if endpoint == "none" or free:
+                usage = _NO_USAGE  # no model ran
+            else:  # a model answered but said nothing of its usage: count it at the reservation (upper bound)
+                usage = Usage(ticket.prompt_tokens, 0, ticket.output_tokens, 0)
+        cost = 0.0 if free else self._prices.cost(table, endpoint, usage)
+        if ticket.reservation is not None:
+            tokens = usage.input_tokens + usage.output_tokens
+            self.limiter.settle(ticket.reservation, tokens - ticket.prompt_tokens - ticket.output_tokens,
+                                round(cost * NANO) - ticket.reserved_nano)
+        self.metrics.used(ticket.key.team_id, model, table, usage, cost)
+        requested = ticket.model
+        requested = table.aliases.get(requested, requested)
+        key = ticket.key
+        # Positional, in field order: keywords cost a frozen record's constructor a good deal more per request.
+        self._sink.record(SpendRecord(
+            ticket.request_id, self._wall(), key.key_id, key.team_id, ticket.user, model, endpoint, usage, cost,
+            seconds * 1000.0, status, free,
+            requested != model and requested != AUTO and requested in table.models and not free))
+
+    def _refused(self, key: KeyRecord, model: str, user: str | None, request_id: str, status: int) -> None:
+        self._sink.record(SpendRecord(request_id=request_id, at=self._wall(), key_id=key.key_id, team_id=key.team_id,
+                                      user=user, model=model, endpoint="none", usage=_NO_USAGE, cost_usd=0.0,
+                                      latency_ms=0.0, status=status))
+
+    @staticmethod
+    def _model_label(model: str, table: RoutingTable) -> str:
+        return model if model in table.models or model in table.aliases or model == AUTO else "unknown"
+
+
+def _model_limits(key: KeyRecord, model: str) -> Limits | None:
+    for pattern, limits in key.model_limits:
+        if fnmatchcase(model, pattern):
+            return limits
+    return None
+
+
+def _why_unusable(key: KeyRecord, now: float) -> str:
+    if key.revoked_at is not None and key.revoked_at <= now:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    return "rotated out (its overlap window has ended)"
+
+
+def _refusal(denied: Denied, kind: str, key: KeyRecord, now: float) -> RateLimited:
+    check = denied.check
+    scope = f"team {key.team_id}" if check.scope == "team" else f"key {key.key_id}"
+    retry_s = max(1, math.ceil(denied.retry_after_ms / 1000)) if denied.reset_at_ms or kind != "budget" else 0
+    if kind == "concurrency":
+        reset, denied = "when one of its requests in flight ends", denied._replace(reset_at_ms=0)
+    else:
+        reset = _iso(denied.reset_at_ms / 1000) if denied.reset_at_ms else "never (a total budget)"
+    if kind == "budget":
+        what = f"the {check.scope} hard budget (${check.limit / NANO:g}) is spent"
+    elif kind == "concurrency":
+        what = f"{check.scope} concurrency limit of {check.limit:g} requests in flight reached"
+    else:
+        what = f"{check.scope} {kind} limit of {check.limit:g} per minute reached"
+    message = f"{what} for {scope}; limit: {kind}; resets at {reset}"
+    headers = [("x-sits-limit", kind), ("x-sits-limit-scope", check.scope)]
+    if retry_s:
+        message += f"; retry after {retry_s}s"
+        headers.append(("retry-after", str(retry_s)))
+    if denied.reset_at_ms:
+        headers.append(("x-ratelimit-reset", _iso(denied.reset_at_ms / 1000)))
+    code = "budget_exceeded" if kind == "budget" else "rate_limit_exceeded"
+    return RateLimited(message, param=kind, code=code, headers=tuple(headers))
+
+
+def _iso(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+

@@ -1,0 +1,473 @@
+"""Rate limits, concurrency and budget reservations, taken together and atomically for one request.
+
+A request's checks (rpm, tpm, concurrency and budget, for its key, its team and its model within the
+key) are taken in Redis by one script: every check is tested first and then every counter is taken, or
+none is, so concurrent requests on any replica see one consistent count. Rates use GCRA (one number per
+scope: the "theoretical arrival time", a sliding minute without buckets); concurrency is a sorted set of
+leases (a replica that dies leaks nothing past `concurrency_lease_s`); budgets are integer nano-USD
+counters per period. What one event-loop turn of this replica has to ask (the admissions of the requests
+that arrived, the settlements of those that ended: actual tokens and cost, leases given back) goes in
+ONE script call (EVALSHA): at most one Redis round trip per request, shared.
+
+When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
+from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
+every `retry_redis_s`, going back to it without a restart. Worst-case excess per mode:
+docs/limits-and-budgets.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire, Script
+
+log = logging.getLogger("sits.tenants")
+
+WINDOW_MS = 60_000  # rpm and tpm are per minute
+RATE, TOKENS, CONCURRENCY, BUDGET = "r", "t", "c", "b"
+KIND_NAMES = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
+# A finished request's settlement (lease back, tokens and cost corrected) waits at most this long for
+# the next admissions' script call to ride with, then goes alone.
+SETTLE_DELAY_S = 0.02
+_MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
+
+# KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
+# ARGV[2]: the settlements, "kind:limit:delta:member;" each; then per admission its checks
+# ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's limit -1 when soft only)
+# and its member id. Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
+# before it>" when every check passed (and was taken), "0,<failed check>,<retry after ms>,<reset at ms>"
+# when one did not (and nothing was taken).
+BATCH_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local W = 60000
+local k = 0
+for kind, limit, delta, member in string.gmatch(ARGV[2], '(%a):([^:]*):([^:]*):([^;]*);') do
+  k = k + 1
+  local key = KEYS[k]
+  if kind == 't' then
+    local tat = tonumber(redis.call('GET', key) or '0')
+    if tat < now then tat = now end
+    tat = tat + tonumber(delta) * W / tonumber(limit)
+    if tat > now then
+      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+    else
+      redis.call('DEL', key)
+    end
+  elseif kind == 'c' then
+    redis.call('ZREM', key, member)
+  elseif kind == 'b' then
+    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, delta) end
+  end
+end
+local function admit(checks, base, member)
+  local seen = {}
+  for i, c in ipairs(checks) do
+    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
+    if kind == 'r' or kind == 't' then
+      local tat = tonumber(redis.call('GET', key) or '0')
+      if tat < now then tat = now end
+      local step = amount * W / limit
+      if step > W then step = W end
+      if tat + step - now > W then
+        return string.format('0,%d,%d,%d', i, math.ceil(tat + step - now - W), math.ceil(tat))
+      end
+      seen[i] = tat
+    elseif kind == 'c' then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+      if redis.call('ZCARD', key) >= limit then
+        local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+        return string.format('0,%d,1000,%d', i, math.ceil(tonumber(first[2])))
+      end
+    else
+      local spent = tonumber(redis.call('GET', key) or c[4])
+      if limit >= 0 and spent >= limit then
+        return string.format('0,%d,%d,%d', i, c[5] > 0 and (c[5] - now) or 0, c[5])
+      end
+      seen[i] = spent
+    end
+  end
+  local out = '1'
+  for i, c in ipairs(checks) do
+    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
+    if kind == 'r' or kind == 't' then
+      local tat = seen[i] + amount * W / limit
+      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+    elseif kind == 'c' then
+      redis.call('ZADD', key, now + lease, member)
+      redis.call('PEXPIRE', key, lease + 1000)
+    else
+      redis.call('SET', key, string.format('%.0f', seen[i] + amount))
+      if c[5] > 0 then redis.call('PEXPIREAT', key, c[5] + 86400000) end
+      out = out .. string.format(',%.0f', seen[i])
+    end
+  end
+  return out
+end
+local answers = {}
+for j = 3, #ARGV, 2 do
+  local checks = {}
+  for kind, limit, amount, seed, ends in string.gmatch(ARGV[j], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
+    checks[#checks + 1] = {kind, tonumber(limit), tonumber(amount), tonumber(seed), tonumber(ends)}
+  end
+  answers[#answers + 1] = admit(checks, k, ARGV[j + 1])
+  k = k + #checks
+end
+return table.concat(answers, '|')
+"""
+BATCH = Script(BATCH_LUA)
+
+
+class Check(NamedTuple):
+    """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
+    in nano-USD (budget; -1: soft only, counted but never refused). A request takes 1 of a rate or a
+    concurrency counter, its reserved tokens of a `tpm` one and its reserved cost of a budget."""
+
+    kind: str  # RATE, TOKENS, CONCURRENCY or BUDGET
+    scope: str  # "key", "team" or "key-model": named in the 429
+    key: str  # the counter's name in Redis (and in the local fallback)
+    limit: float
+    seed: int = 0  # budget: what the period has spent so far, when the counter is not in Redis yet
+    period_end_ms: int = 0  # budget: when its period ends (0: never)
+
+
+def _bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+class Plan:
+    """One shape of request (a key, its team, a model, this period): its checks, with their part of the
+    Redis command encoded once; a request only fills in its amounts and its lease id."""
+
+    __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "_admit_spec", "_settle_keys",
+                 "_settle_count", "_settle_spec")
+
+    def __init__(self, checks: Sequence[Check]) -> None:
+        self.checks = tuple(checks)
+        self.tokens = any(c.kind == TOKENS for c in checks)
+        self.budgets = tuple(c for c in checks if c.kind == BUDGET)
+        amount = {RATE: "1", CONCURRENCY: "1", TOKENS: "{t}", BUDGET: "{b}"}
+        self._admit_spec = "".join(f"{c.kind}:{_number(c.limit)}:{amount[c.kind]}:{c.seed}:{c.period_end_ms};"
+                                   for c in checks)
+        self.keys = b"".join(_bulk(c.key.encode()) for c in checks)
+        self.key_count = len(checks)
+        settled = [c for c in checks if c.kind != RATE]
+        self._settle_keys = b"".join(_bulk(c.key.encode()) for c in settled)
+        self._settle_count = len(settled)
+        delta = {CONCURRENCY: "0", TOKENS: "{t}", BUDGET: "{b}"}
+        self._settle_spec = "".join(f"{c.kind}:{_number(c.limit)}:{delta[c.kind]}:{'{m}' if c.kind == CONCURRENCY else ''};"
+                                    for c in settled)
+
+    def admission(self, tokens: int, nano: int, member: str) -> str:
+        """This request's two arguments of the batch command, encoded (ASCII: numbers and a hex id)."""
+        spec = self._admit_spec.format(t=tokens, b=nano)
+        return f"${len(spec)}\r\n{spec}\r\n${len(member)}\r\n{member}\r\n"
+
+    def settlement(self, tokens_delta: int, nano_delta: int, member: str) -> tuple[bytes, int, str]:
+        """(encoded keys, how many, their settlements) for one request, to send in a batch."""
+        return self._settle_keys, self._settle_count, self._settle_spec.format(t=tokens_delta, b=nano_delta, m=member)
+
+
+class Denied(NamedTuple):
+    check: Check
+    retry_after_ms: int
+    reset_at_ms: int  # 0: never (a total budget)
+
+
+class Reservation(NamedTuple):
+    """What a request took; given back or corrected at settlement on the backend that took it."""
+
+    plan: Plan
+    member: str
+    backend: str  # "redis" or "local"
+    budget_spent: Sequence[int]  # each budget check's counter before this request, nano-USD
+
+
+class LocalCounters:
+    """The same checks in this process's memory, each limit cut to this replica's share."""
+
+    def __init__(self, wall_ms: Callable[[], int]) -> None:
+        self._wall_ms = wall_ms
+        self._tat: dict[str, float] = {}
+        self._leases: dict[str, dict[str, float]] = {}
+        self._spent: dict[str, int] = {}
+        self._base: dict[str, int] = {}  # budget spent when this replica started counting it alone
+        self._budget_checks: dict[str, Check] = {}  # by counter name: to hand the local spend to Redis later
+
+    def admit(self, plan: Plan, tokens: int, nano: int, member: str, lease_ms: int, replicas: int,
+              known_spent: dict[str, int]) -> Reservation | Denied:
+        now = self._wall_ms()
+        share = 1.0 / max(1, replicas)
+        seen: list[float] = []
+        for check in plan.checks:
+            kind = check.kind
+            if kind == RATE or kind == TOKENS:
+                amount = tokens if kind == TOKENS else 1
+                tat = max(self._tat.get(check.key, 0.0), now)
+                step = min(amount * WINDOW_MS / (check.limit * share), WINDOW_MS)
+                if tat + step - now > WINDOW_MS:
+                    return Denied(check, math.ceil(tat + step - now - WINDOW_MS), math.ceil(tat))
+                seen.append(tat)
+            elif kind == CONCURRENCY:
+                leases = self._leases.get(check.key)
+                if leases:
+                    for m in [m for m, until in leases.items() if until <= now]:
+                        del leases[m]
+                if leases and len(leases) >= max(1, math.floor(check.limit * share)):
+                    return Denied(check, 1000, math.ceil(min(leases.values())))
+                seen.append(0.0)
+            else:
+                spent = self._spent.get(check.key)
+                if spent is None:
+                    spent = known_spent.get(check.key, check.seed)
+                    self._base[check.key] = spent
+                    self._budget_checks[check.key] = check
+                base = self._base.get(check.key, spent)
+                if check.limit >= 0 and spent >= base + (check.limit - base) * share:
+                    return Denied(check, max(0, check.period_end_ms - now) if check.period_end_ms else 0,
+                                  check.period_end_ms)
+                seen.append(spent)
+        budgets: list[int] = []
+        for check, value in zip(plan.checks, seen, strict=True):
+            if check.kind == RATE or check.kind == TOKENS:
+                amount = tokens if check.kind == TOKENS else 1
+                self._tat[check.key] = value + amount * WINDOW_MS / (check.limit * share)
+            elif check.kind == CONCURRENCY:
+                self._leases.setdefault(check.key, {})[member] = now + lease_ms
+            else:
+                self._spent[check.key] = int(value) + nano
+                budgets.append(int(value))
+        if len(self._tat) > 10_000:
+            self._forget_idle(now)
+        return Reservation(plan, member, "local", budgets)
+
+    def settle(self, plan: Plan, tokens_delta: int, nano_delta: int, member: str, replicas: int) -> None:
+        now = self._wall_ms()
+        share = 1.0 / max(1, replicas)
+        for check in plan.checks:
+            if check.kind == TOKENS:
+                tat = max(self._tat.get(check.key, 0.0), now) + tokens_delta * WINDOW_MS / (check.limit * share)
+                self._tat[check.key] = tat
+            elif check.kind == CONCURRENCY:
+                self._leases.get(check.key, {}).pop(member, None)
+            elif check.kind == BUDGET and check.key in self._spent:
+                self._spent[check.key] += nano_delta
+
+    def spent(self, key: str) -> int | None:
+        return self._spent.get(key)
+
+    def take_budget_spend(self) -> list[tuple[bytes, int, str]]:
+        """Back on Redis: what this replica spent alone, as settlements for the shared counters (which
+        then hold the truth again); the local budget counters start over at the next loss."""
+        spent = []
+        for key, value in self._spent.items():
+            check = self._budget_checks.get(key)
+            if check is not None and value != self._base.get(key, value):
+                spent.append((_bulk(key.encode()), 1, f"b:{_number(check.limit)}:{value - self._base[key]}:;"))
+        self._spent.clear()
+        self._base.clear()
+        self._budget_checks.clear()
+        return spent
+
+    def _forget_idle(self, now: float) -> None:
+        for key in [k for k, tat in self._tat.items() if tat < now]:
+            del self._tat[key]
+
+
+class _Admission:
+    """One request waiting for its batch's answer."""
+
+    __slots__ = ("plan", "nano", "member", "args", "future")
+
+    def __init__(self, plan: Plan, nano: int, member: str, args: str,
+                 future: asyncio.Future[Reservation | Denied]) -> None:
+        self.plan, self.nano, self.member, self.args, self.future = plan, nano, member, args, future
+
+
+class Limiter:
+    """Admits or refuses a request's checks on Redis (one shared round trip), or alone when Redis is away."""
+
+    def __init__(self, redis: RedisWire | None, members: Callable[[], Sequence[str]], *,
+                 lease_s: float = 600.0, retry_redis_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        """`redis`: where limits are shared (None: this replica counts alone, its share of each limit)."""
+        self._redis = redis
+        self._members = members
+        self.lease_ms = int(lease_s * 1000)
+        self._head = b"$7\r\nEVALSHA\r\n" + _bulk(BATCH.sha.encode())
+        self._lease_arg = _bulk(b"%d" % self.lease_ms)
+        self._retry_s = retry_redis_s
+        self._clock = clock
+        self.local = LocalCounters(wall_ms)
+        self._known_spent: dict[str, int] = {}  # last budget values Redis answered: the fallback starts there
+        self.mode = "redis" if redis is not None else "alone"  # or "fallback" while Redis is away
+        self._probe: asyncio.Task[None] | None = None
+        self.fallbacks = 0  # times Redis was lost
+        self.since = clock()
+        self._admissions: list[_Admission] = []  # this loop turn's, sent together
+        self._settlements: list[tuple[bytes, int, str]] = []
+        self._scheduled = False
+        self._settle_timer: asyncio.TimerHandle | None = None
+        self._in_flight = 0  # batches sent and not answered yet
+        self._idle: asyncio.Event | None = None
+
+    def plan(self, checks: Sequence[Check]) -> Plan:
+        return Plan(checks)
+
+    # -- admission ----------------------------------------------------------------------
+
+    async def admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
+        if self.mode == "redis":
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[Reservation | Denied] = loop.create_future()
+            self._admissions.append(_Admission(plan, nano, member, plan.admission(tokens, nano, member), future))
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self._send)
+            try:
+                return await future
+            except RedisUnavailable as exc:
+                self._lost(exc)
+        return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
+
+    def _send(self) -> None:
+        """One script call for what this loop turn has to ask: its settlements, then its admissions."""
+        self._scheduled = False
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
+            self._settle_timer = None
+        admissions, settlements = self._admissions, self._settlements
+        if not admissions and not settlements:
+            return
+        self._admissions, self._settlements = [], []
+        keys = [k for k, _, _ in settlements]
+        count = sum(n for _, n, _ in settlements)
+        for a in admissions:
+            keys.append(a.plan.keys)
+            count += a.plan.key_count
+        spec = "".join(s for _, _, s in settlements).encode()
+        command = b"".join((b"*%d\r\n" % (count + 5 + 2 * len(admissions)), self._head, _bulk(b"%d" % count),
+                            *keys, self._lease_arg, _bulk(spec),
+                            "".join([a.args for a in admissions]).encode()))
+        assert self._redis is not None
+        self._in_flight += 1
+        self._redis.send(command, lambda reply: self._answered(reply, admissions, settlements, command))
+
+    def _answered(self, reply: Any, admissions: list[_Admission], settlements: list[tuple[bytes, int, str]],
+                  command: bytes) -> None:
+        if command and isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT") and self._redis:
+            self._redis.load(BATCH)  # a restarted Redis: load the script, send the same call again
+            self._redis.send(command, lambda again: self._answered(again, admissions, settlements, b""))
+            return
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
+        if isinstance(reply, Exception):
+            error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
+            for a in admissions:
+                if not a.future.done():
+                    a.future.set_exception(error)
+            if settlements:  # lost with Redis: leases expire, reservations stay counted (over, never under)
+                log.warning("limits: %d settlements did not reach Redis (%s)", len(settlements), error)
+            return
+        answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
+        for a, answer in zip(admissions, answers, strict=False):
+            if a.future.done():
+                continue
+            if answer == b"1":
+                a.future.set_result(Reservation(a.plan, a.member, "redis", ()))
+            elif answer[0] == 49:  # "1,<budget values>"
+                budgets = [int(v) for v in answer[2:].split(b",")]
+                known = self._known_spent
+                if len(known) > 10_000:
+                    known.clear()
+                for check, spent in zip(a.plan.budgets, budgets, strict=False):
+                    known[check.key] = spent + a.nano
+                a.future.set_result(Reservation(a.plan, a.member, "redis", budgets))
+            else:
+                _, index, retry_ms, reset_ms = answer.split(b",")
+                a.future.set_result(Denied(a.plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))
+
+    def _lost(self, exc: Exception) -> None:
+        if self.mode != "redis":
+            return
+        self.fallbacks += 1
+        log.warning("limits: Redis unreachable (%s); each replica enforces its share of every limit until it "
+                    "is back", exc)
+        self.mode = "fallback"
+        self.since = self._clock()
+        # Requests stay local (no wait on a dead Redis); one background probe per retry_redis_s brings it back.
+        self._probe = asyncio.get_running_loop().create_task(self._probe_until_back())
+
+    async def _probe_until_back(self) -> None:
+        assert self._redis is not None
+        while self.mode == "fallback":
+            await asyncio.sleep(self._retry_s)
+            try:
+                await self._redis.ping()
+            except (RedisUnavailable, RedisReplyError):  # still away: try again later
+                continue
+            log.warning("limits: Redis is back; limits are shared again")
+            self.mode = "redis"
+            self.since = self._clock()
+            alone = self.local.take_budget_spend()
+            if alone:  # what was spent meanwhile joins the shared budget counters
+                self._settlements.extend(alone)
+                self._schedule()
+
+    def _schedule(self) -> None:
+        self._settle_timer = None
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send)
+
+    # -- settlement ---------------------------------------------------------------------
+
+    def settle(self, reservation: Reservation, tokens_delta: int, nano_delta: int) -> None:
+        """Give the concurrency lease back and correct tokens and cost to the actual usage (no await: it
+        goes with the next loop turn's script call)."""
+        plan = reservation.plan
+        if reservation.backend == "local":
+            self.local.settle(plan, tokens_delta, nano_delta, reservation.member, len(self._members()))
+            return
+        if not plan._settle_count or self.mode != "redis":
+            return  # Redis away: its leases expire, its reservations stay counted (over, never under)
+        settlements = self._settlements
+        settlements.append(plan.settlement(tokens_delta, nano_delta, reservation.member))
+        if len(settlements) > _MAX_PENDING_SETTLEMENTS:
+            del settlements[: len(settlements) - _MAX_PENDING_SETTLEMENTS]
+        # They ride with the next admissions' call; without one within SETTLE_DELAY_S, they go alone.
+        if self._settle_timer is None and not self._scheduled:
+            self._settle_timer = asyncio.get_running_loop().call_later(SETTLE_DELAY_S, self._schedule)
+
+    async def close(self) -> None:
+        """Send what is still to settle (graceful shutdown) and wait for the answer, bounded."""
+        if self._probe is not None:
+            self._probe.cancel()
+        if self.mode == "redis" and (self._settlements or self._admissions):
+            self._send()
+        if self._in_flight:
+            self._idle = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._idle.wait(), 2.0)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+
+    def describe(self) -> dict[str, Any]:
+        """For /v1/cluster: where limits are counted now."""
+        replicas = len(self._members())
+        return {"mode": self.mode, "shared": self.mode == "redis",
+                "live_replicas": replicas, "share": 1.0 if self.mode == "redis" else round(1 / max(1, replicas), 4),
+                "since_s": round(self._clock() - self.since, 3), "redis_losses": self.fallbacks,
+                "pending_settlements": len(self._settlements)}

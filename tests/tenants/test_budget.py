@@ -1,0 +1,114 @@
+"""Budgets against a real Redis: a concurrent burst over two replicas cannot overspend a hard budget
+by more than one request's reservation; streams settle on the usage of their last event (or at the
+reservation when the upstream sends none); a period's counter starts from what the spend log says."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import openai
+import pytest
+import redis.asyncio as redis_async
+
+from sits.tenants.budget import NANO, period_window
+from sits.tenants.pricing import cost_usd
+from sits.tenants.records import Budget, Price, Usage
+from tests.tenants.conftest import REDIS_URL, Keys, Spend, client, tenant_config
+
+PRICE = Price(input=3.0, output=15.0)
+PROMPT = "x" * 40  # 11 tokens by the chars/4 estimate; the upstream reports 10
+
+
+async def _counter(prefix: str, key_id: str, period: str = "daily") -> float:
+    window = period_window(period, time.time())  # type: ignore[arg-type]
+    r = redis_async.from_url(REDIS_URL)
+    try:
+        value = await r.get(f"{prefix}b:key:{key_id}:{window.label}")
+    finally:
+        await r.aclose()
+    return int(value) / NANO if value is not None else 0.0
+
+
+async def test_a_concurrent_burst_overspends_a_hard_budget_by_at_most_one_reservation(usage_upstream,
+                                                                                     tenant_gateway):
+    usage_upstream.usage.update(prompt_tokens=10, completion_tokens=500, total_tokens=510)
+    usage_upstream.delay_s = 0.3  # every request of the burst is admitted before any settles
+    keys, spend = Keys(), Spend()
+    hard = 0.05
+    keys.add("sk-burst", "key_burst", budget=Budget("daily", hard_usd=hard))
+    raw = tenant_config(usage_upstream.url, price={"input": 3.0, "output": 15.0})
+    prefix = raw["tenants"]["limits"]["key_prefix"]
+    replicas = [await tenant_gateway(raw, keys, spend, name=f"r{i}") for i in range(2)]
+    clients = [client(g, "sk-burst") for g in replicas]
+    try:
+        async def one(i: int) -> bool:
+            try:
+                await clients[i % 2].chat.completions.create(
+                    model="m1", messages=[{"role": "user", "content": PROMPT}], max_tokens=500)
+                return True
+            except openai.RateLimitError as exc:
+                assert exc.body["param"] == "budget"
+                return False
+        admitted = sum(await asyncio.gather(*(one(i) for i in range(30))))
+    finally:
+        for c in clients:
+            await c.close()
+    reservation = cost_usd(PRICE, Usage(11, 0, 500, 0))
+    actual = cost_usd(PRICE, Usage(10, 0, 500, 0))
+    records = await spend.wait_for(30)
+    spent = sum(r.cost_usd for r in records)
+    assert spent == pytest.approx(admitted * actual)
+    assert spent <= hard + reservation  # the bound
+    assert admitted == 7  # admitted while spend + reservations < hard: 7 x $0.0075 (not 30, not 6)
+    assert sum(1 for r in records if r.status == 429) == 30 - admitted
+    await asyncio.sleep(0.3)  # settlements are batched off the request path
+    assert await _counter(prefix, "key_burst") == pytest.approx(spent, abs=1e-8)
+
+
+async def test_streams_settle_on_their_final_usage_or_at_the_reservation(usage_upstream, tenant_gateway):
+    usage_upstream.usage.update(prompt_tokens=10, completion_tokens=3, total_tokens=13)
+    keys, spend = Keys(), Spend()
+    keys.add("sk-s", "key_s", budget=Budget("monthly", soft_usd=100.0))
+    raw = tenant_config(usage_upstream.url, price={"input": 3.0, "output": 15.0})
+    prefix = raw["tenants"]["limits"]["key_prefix"]
+    gateway = await tenant_gateway(raw, keys, spend)
+    async with client(gateway, "sk-s") as c:
+        stream = await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": PROMPT}],
+                                                 stream=True, stream_options={"include_usage": True},
+                                                 max_tokens=400)
+        chunks = [chunk async for chunk in stream]
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+        records = await spend.wait_for(1)
+        assert records[0].usage == Usage(10, 0, 3, 0)
+        assert records[0].cost_usd == pytest.approx(cost_usd(PRICE, Usage(10, 0, 3, 0)))
+        await asyncio.sleep(0.3)
+        # the reservation (11 prompt + 400 output tokens) was corrected to the actual cost
+        assert await _counter(prefix, "key_s", "monthly") == pytest.approx(records[0].cost_usd, abs=1e-8)
+        # no usage from the upstream: counted at the reservation, an upper bound
+        stream = await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": PROMPT}],
+                                                 stream=True, max_tokens=400)
+        assert len([chunk async for chunk in stream]) == 3
+    records = await spend.wait_for(2)
+    assert records[1].usage == Usage(11, 0, 400, 0)
+    assert records[1].status == 200
+
+
+async def test_a_period_counter_starts_from_the_spend_already_logged(usage_upstream, tenant_gateway):
+    keys, spend = Keys(), Spend()
+    keys.add("sk-seed", "key_seed", budget=Budget("weekly", hard_usd=1.0))
+    asked: list[tuple[str, str, str]] = []
+
+    def period_spend(scope: str, scope_id: str, period: str) -> float:
+        asked.append((scope, scope_id, period))
+        return 0.999
+
+    gateway = await tenant_gateway(tenant_config(usage_upstream.url), keys, spend, period_spend=period_spend)
+    async with client(gateway, "sk-seed") as c:
+        await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+        await spend.wait_for(1)
+        await asyncio.sleep(0.3)
+        with pytest.raises(openai.RateLimitError) as caught:
+            await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    assert caught.value.body["param"] == "budget"
+    assert asked == [("key", "key_seed", "weekly")]  # read once per period, not per request
