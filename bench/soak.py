@@ -84,7 +84,10 @@ async def _one(session: aiohttp.ClientSession, url: str, stream: bool, drop: boo
     try:
         async with session.post(url, data=_body(stream), headers={"content-type": "application/json"}) as response:
             if response.status != 200:
-                raise RuntimeError(f"status {response.status}")
+                code = (await response.read())[:4096]
+                start = code.find(b'"code":')
+                detail = code[start + 7:].split(b",")[0].split(b"}")[0].strip().strip(b'"').decode() if start >= 0 else ""
+                raise RuntimeError(f"status {response.status} {detail}".rstrip())
             if drop:
                 await response.content.readany()  # the first bytes, then the client goes away
                 response.close()
@@ -139,7 +142,7 @@ async def _phase(args: argparse.Namespace, gateway_url: str, started: float, unt
     phase_start = time.monotonic()
     half = phase_start + (started + until_s - phase_start) / 2
     next_sample = phase_start
-    sent_at_start = tally.sent
+    launched = 0  # counted here, not in tally.sent (a task counts itself only once it runs)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=MAX_IN_FLIGHT),
                                      timeout=aiohttp.ClientTimeout(total=30)) as session:
         while (now := time.monotonic()) - started < until_s:
@@ -149,7 +152,8 @@ async def _phase(args: argparse.Namespace, gateway_url: str, started: float, unt
             if restart is not None and not restart.is_set() and now >= half:
                 restart.set()
             due = int((now - phase_start) * args.rate)
-            while tally.sent - sent_at_start < due:
+            while launched < due:
+                launched += 1
                 stream = rng.random() < args.stream_share
                 drop = stream and rng.random() < args.drop_share
                 await gate.acquire()
