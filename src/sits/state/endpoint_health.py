@@ -4,7 +4,10 @@ Phases: pending -> ready (first probe passed; gets traffic) -> unhealthy (probe
 failures) -> ready again on recovery; draining (removed from the table, in-flight
 requests finish) -> removed. Ejection follows Envoy's outlier-detection defaults:
 5 consecutive 5xx or connect failures eject for 30 s times the ejection count, at
-most 300 s, and never the last available endpoint of a model.
+most 300 s, and never the last available endpoint of a model. An ejected endpoint that also failed a
+probe and then passes one is back at once (Envoy's successful_active_health_check_uneject_host): it
+went away and came back, as a restarted server does, and waiting out the ejection would only leave its
+siblings without a retry target. One that kept passing probes stays out for the whole ejection.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class HealthBoard:
             return
         health.last_probe_at = now
         if ok:
+            if health.probe_failures and health.ejected_until > now:
+                health.ejected_until = now  # down, then up again: the ejection has done its job
             health.probe_failures = 0
             health.probe_successes += 1
             health.last_error = None

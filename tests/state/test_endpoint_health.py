@@ -1,0 +1,33 @@
+"""Outlier ejection and active probes together: an endpoint that went away and came back is used again
+at its first passing probe; one that only fails real traffic waits out its ejection."""
+
+from __future__ import annotations
+
+from sits.state.endpoint_health import HealthBoard
+
+
+def _ejected_board() -> HealthBoard:
+    board = HealthBoard()
+    for endpoint in ("a", "b"):
+        board.track(endpoint, probed=True)
+        board.probe_result(endpoint, True, now=0.0)
+    for _ in range(4):
+        assert not board.request_failed("a", 1.0, ["a", "b"])
+    assert board.request_failed("a", 1.0, ["a", "b"])  # the fifth consecutive failure ejects it for 30 s
+    assert not board.available("a", 2.0)
+    return board
+
+
+def test_an_ejected_endpoint_that_failed_a_probe_is_back_at_its_first_passing_probe():
+    board = _ejected_board()
+    board.probe_result("a", False, now=5.0, error="connection refused")  # the server is down
+    assert not board.available("a", 6.0)
+    board.probe_result("a", True, now=10.0)  # restarted
+    assert board.available("a", 10.0)
+
+
+def test_an_ejected_endpoint_whose_probes_kept_passing_waits_out_the_ejection():
+    board = _ejected_board()
+    board.probe_result("a", True, now=5.0)  # /health answers, completions fail: not back
+    assert not board.available("a", 10.0)
+    assert board.available("a", 31.0)
