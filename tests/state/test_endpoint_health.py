@@ -6,14 +6,14 @@ from __future__ import annotations
 from sits.state.endpoint_health import HealthBoard
 
 
-def _ejected_board(unreachable: bool = False) -> HealthBoard:
+def _ejected_board() -> HealthBoard:
     board = HealthBoard()
     for endpoint in ("a", "b"):
         board.track(endpoint, probed=True)
         board.probe_result(endpoint, True, now=0.0)
     for _ in range(4):
-        assert not board.request_failed("a", 1.0, ["a", "b"], unreachable)
-    assert board.request_failed("a", 1.0, ["a", "b"], unreachable)  # the fifth failure in a row: out for 30 s
+        assert not board.request_failed("a", 1.0, ["a", "b"])
+    assert board.request_failed("a", 1.0, ["a", "b"])  # the fifth consecutive failure ejects it for 30 s
     assert not board.available("a", 2.0)
     return board
 
@@ -31,10 +31,3 @@ def test_an_ejected_endpoint_whose_probes_kept_passing_waits_out_the_ejection():
     board.probe_result("a", True, now=5.0)  # /health answers, completions fail: not back
     assert not board.available("a", 10.0)
     assert board.available("a", 31.0)
-
-
-def test_an_endpoint_ejected_for_refusing_connections_is_back_at_its_next_passing_probe():
-    board = _ejected_board(unreachable=True)  # restarted between two probes: no probe saw it down
-    assert not board.available("a", 3.0)
-    board.probe_result("a", True, now=5.0)
-    assert board.available("a", 5.0)

@@ -4,11 +4,10 @@ Phases: pending -> ready (first probe passed; gets traffic) -> unhealthy (probe
 failures) -> ready again on recovery; draining (removed from the table, in-flight
 requests finish) -> removed. Ejection follows Envoy's outlier-detection defaults:
 5 consecutive 5xx or connect failures eject for 30 s times the ejection count, at
-most 300 s, and never the last available endpoint of a model. An endpoint ejected for being unreachable
-(its last failure a connect failure) or that failed a probe is back at its first passing probe (Envoy's
-successful_active_health_check_uneject_host): it went away and came back, as a restarted server does,
-and waiting out the ejection would only leave its siblings without a retry target. One ejected for
-5xx answers while its probes kept passing stays out for the whole ejection.
+most 300 s, and never the last available endpoint of a model. An ejected endpoint that also failed a
+probe and then passes one is back at once (Envoy's successful_active_health_check_uneject_host): it
+went away and came back, as a restarted server does, and waiting out the ejection would only leave its
+siblings without a retry target. One that kept passing probes stays out for the whole ejection.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ class EndpointHealth:
     consecutive_errors: int = 0
     ejection_count: int = 0
     ejected_until: float = 0.0
-    unreachable: bool = False  # the last request failure was a connect failure
     last_probe_at: float | None = None
     last_error: str | None = None
 
@@ -72,7 +70,7 @@ class HealthBoard:
             return
         health.last_probe_at = now
         if ok:
-            if (health.probe_failures or health.unreachable) and health.ejected_until > now:
+            if health.probe_failures and health.ejected_until > now:
                 health.ejected_until = now  # down, then up again: the ejection has done its job
             health.probe_failures = 0
             health.probe_successes += 1
@@ -90,15 +88,12 @@ class HealthBoard:
         health = self._by_id.get(endpoint_id)
         if health is not None:
             health.consecutive_errors = 0
-            health.unreachable = False
 
-    def request_failed(self, endpoint_id: str, now: float, siblings: Iterable[str], unreachable: bool = False) -> bool:
-        """Passive detection from real traffic (a 5xx, or with `unreachable` a connect failure); True when
-        this call ejected it."""
+    def request_failed(self, endpoint_id: str, now: float, siblings: Iterable[str]) -> bool:
+        """Passive detection from real traffic (a 5xx or connect failure); True when this call ejected it."""
         health = self._by_id.get(endpoint_id)
         if health is None:
             return False
-        health.unreachable = unreachable
         health.consecutive_errors += 1
         if health.consecutive_errors < self.policy.consecutive_errors_to_eject or now < health.ejected_until:
             return False
