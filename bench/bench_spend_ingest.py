@@ -106,7 +106,7 @@ async def ingest(database_url: str, rows: int) -> dict[str, float]:
     try:
         progress("baseline: serving without ingest for 5 s")
         baseline_rps = await serve_for(url, 5.0)
-        log = gateway.spend_log
+        log = gateway.tenants.spend_log
         served, stop = [0], asyncio.Event()
         load_task = asyncio.create_task(load(url, stop, served))
         started = time.perf_counter()

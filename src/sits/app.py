@@ -38,7 +38,6 @@ from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLi
 from sits.api.http_types import HttpRequest
 from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
-from sits.api.tenant_gate import HttpTenantGate, PromptTokens
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.messages_routes import COUNT_TOKENS as MESSAGES_COUNT_TOKENS
 from sits.api.messages_routes import PATH as MESSAGES
@@ -49,7 +48,6 @@ from sits.api.responses_routes import PATH as RESPONSES
 from sits.api.responses_routes import PREFIX as RESPONSES_PREFIX
 from sits.api.responses_routes import ResponsesRoutes
 from sits.api.surface_path import SurfacePath
-from sits.api.tenant_routes import RouteTables, TenantRoutes
 from sits.api.tokenizer_routes import COUNT as TOKENIZER_COUNT
 from sits.api.tokenizer_routes import LIST as TOKENIZERS
 from sits.api.tokenizer_routes import TokenizerRoutes
@@ -65,7 +63,6 @@ from sits.control.adapters.store import AdapterStore
 from sits.control.engine_residency import EngineResidency
 from sits.control.cluster_node import ClusterNode
 from sits.configuration.gateway import GatewayConfig
-from sits.errors import ConfigError
 from sits.control.discovery import discover_models
 from sits.control.health_prober import HealthProber, ProbeSettings
 from sits.control.kv_migration import KvMigrator
@@ -101,20 +98,9 @@ from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
-from sits.tenants.budget import BudgetChecks, PeriodSpend
-from sits.tenants.config import TenantsConfig
-from sits.tenants.gate import GateSettings, TenantGate
-from sits.tenants.limiter import Limiter
-from sits.tenants.metrics import TenantMetrics
+from sits.tenant_parts import TenantParts
+from sits.tenants.budget import PeriodSpend
 from sits.tenants.records import KeyDirectory, SpendSink
-from sits.tenants.redis_wire import RedisWire
-from sits.tenants.directory import LiveKeyDirectory
-from sits.tenants.key_lifecycle import KeyLifecycle
-from sits.tenants.key_secret import key_secret
-from sits.tenants.spend_log import SpendLog
-from sits.tenants.spend_store import SpendStore
-from sits.tenants.store import TenantStore
-from sits.tenants.store_metrics import TenantStoreMetrics
 from sits.understanding.factory import build_understander
 from sits.understanding.tokenizers.catalog import TokenizerCatalog, discover_sources
 from sits.understanding.understander import RequestUnderstander
@@ -213,15 +199,8 @@ class Gateway:
         self.metrics = GatewayMetrics() if telemetry.metrics else NoMetrics()
         self.tracing = Tracing(tracing_settings(settings, config))
         decisions = DecisionLog(telemetry.recent_decisions)
-        # Teams, keys and the spend log (docs/tenants.md), built only with `tenants.enabled`: the data plane
-        # reads `key_directory` (a KeyDirectory), records into `spend_log` (a SpendSink, with period_spend) and
-        # hashes presented keys under `key_secret`.
-        self.tenant_store: TenantStore | None = None
-        self.key_directory: LiveKeyDirectory | None = None
-        self.spend_log: SpendLog | None = None
-        self.key_secret: bytes | None = None
-        if config.tenants.enabled:
-            self._build_tenant_store(config.tenants)
+        # Teams, keys and the spend log (docs/tenants.md), built only with `tenants.enabled`.
+        self.tenants = tenants = TenantParts(config.tenants, settings, self.metrics) if config.tenants.enabled else None
         # LoRA adapters as `base:adapter` models, exact token counts (docs/adapters.md, docs/tokenizers.md).
         vllm_admin = VllmAdmin(self._pool)
         self.adapters = AdapterRegistry(self.routing_table, vllm_admin, AdapterStore(settings.data_dir / "adapters.json"))
@@ -260,8 +239,9 @@ class Gateway:
         )
         files = FileRoutes(uploads, documents, limits)
         # The key gate: keys, limits, budgets and prices on the request path (docs/limits-and-budgets.md).
-        self.tenant_gate = self._tenant_gate(config.tenants, key_directory, spend_sink, period_spend) \
-            if config.tenants.enabled else None
+        self.tenant_gate = tenants.gate(config.server, lambda: self.cluster.members(), self.tokenizers,
+                                        self.routing_table, DATA_PLANE_PATHS, key_directory, spend_sink,
+                                        period_spend) if tenants is not None else None
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
                                      admission=self.admission, resume_streams=resilience.resume_streams,
                                      tenants=self.tenant_gate)
@@ -295,7 +275,7 @@ class Gateway:
         cluster_routes = ClusterRoutes(self.cluster, admin_guard,
                                        self.tenant_gate.gate.limiter.describe if self.tenant_gate is not None else None)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
-        tenant_routes, tenant_prefixes = self._tenant_routes(admin_guard) if self.tenant_store is not None else ({}, {})
+        tenant_routes, tenant_prefixes = tenants.routes(admin_guard) if tenants is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
         # The Responses and Messages APIs: translated to chat completions, the same request path.
@@ -373,46 +353,8 @@ class Gateway:
             self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
         if self._worker_share is not None:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
-        if self.tenant_store is not None:  # migrations, first key load, period totals; on stop: the last flush
-            self._background += [self.tenant_store, self.key_directory, self.spend_log]  # type: ignore[list-item]
-
-    def _build_tenant_store(self, cfg: TenantsConfig) -> None:
-        """The tenant store, the live key directory over it and the spend log into it."""
-        settings = self.settings
-        self.key_secret = key_secret(settings.secrets.get(cfg.key_secret_env), cfg.key_secret_env, cfg.database_url,
-                                     settings.data_dir)
-        self.tenant_store = store = TenantStore.open_url(cfg.database_url, settings.data_dir)
-        self.key_directory = LiveKeyDirectory(store, cfg.refresh_s)
-        self.spend_log = SpendLog(SpendStore(store.db), cfg.spend_log)
-        if isinstance(self.metrics, GatewayMetrics):
-            self.metrics.registry.register(TenantStoreMetrics(self.spend_log, self.key_directory))
-
-    def _tenant_gate(self, config: TenantsConfig, directory: KeyDirectory | None, sink: SpendSink | None,
-                     period_spend: PeriodSpend | None) -> HttpTenantGate:
-        server = self.config.server
-        if server.grpc_port is not None or server.epp_port is not None:  # they would let unchecked keys in
-            raise ConfigError("tenants.enabled: the gRPC door and the endpoint picker do not check tenant keys; "
-                              "unset server.grpc_port and server.epp_port, or turn tenants off")
-        assert self.key_secret is not None and self.key_directory is not None and self.spend_log is not None
-        limits = config.limits
-        self._limits_redis = RedisWire(limits.redis_url, limits.redis_timeout_s) if limits.redis_url else None
-        limiter = Limiter(self._limits_redis, lambda: self.cluster.members(), lease_s=limits.concurrency_lease_s,
-                          retry_redis_s=limits.retry_redis_s)
-        metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
-        if isinstance(self.metrics, GatewayMetrics):
-            self.metrics.registry.register(metrics)
-        gate = TenantGate(directory or self.key_directory, sink or self.spend_log, limiter,
-                          BudgetChecks(limits.key_prefix, period_spend or self.spend_log.period_spend),
-                          self.routing_table, metrics,
-                          GateSettings(self.key_secret, limits.default_output_reservation, limits.key_prefix))
-        return HttpTenantGate(gate, PromptTokens(self.tokenizers, self.routing_table), DATA_PLANE_PATHS)
-
-    def _tenant_routes(self, admin_guard: AdminGuard) -> RouteTables:
-        """The tenant admin API and spend reports (api/tenant_routes.py)."""
-        store, directory, secret = self.tenant_store, self.key_directory, self.key_secret
-        assert store is not None and directory is not None and secret is not None
-        return TenantRoutes(store, KeyLifecycle(store, secret, time.time), SpendStore(store.db), directory, admin_guard,
-                            self.config.tenants.rotation_overlap_s).route_table()
+        if tenants is not None:
+            self._background += tenants.background()
 
     # -- state the layers read ------------------------------------------------
 
@@ -517,10 +459,8 @@ class Gateway:
         for part in reversed(self._background):  # a tokenizer load still running finishes in its thread, unused
             await part.stop()
         await self.kv_migrator.stop()
-        if self.tenant_gate is not None:  # the last settlements go to Redis
-            await self.tenant_gate.gate.limiter.close()
-            if self._limits_redis is not None:
-                await self._limits_redis.close()
+        if self.tenants is not None:
+            await self.tenants.close()
         await self.cluster.stop()
         await self._answers.close()
         await self._response_store.close()

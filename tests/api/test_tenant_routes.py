@@ -60,7 +60,7 @@ async def test_key_lifecycle_create_rotate_revoke_expire(upstream, start_gateway
     status, shown = await call(gateway, "GET", f"/v1/keys/{key_id}")
     assert status == 200 and "key" not in shown and secret not in json.dumps(shown)
     assert shown["model_limits"] == {"gpt-*": {"rpm": None, "tpm": 1000, "concurrency": None}}
-    record = gateway.key_directory.by_hash(hash_key(secret, gateway.key_secret))
+    record = gateway.tenants.directory.by_hash(hash_key(secret, gateway.tenants.key_secret))
     assert record is not None and record.allowed_models == ("m1", "gpt-*") and record.limits.rpm == 60
 
     # The key reads its own team's spend: a data-plane path that authenticates through the directory.
@@ -69,19 +69,19 @@ async def test_key_lifecycle_create_rotate_revoke_expire(upstream, start_gateway
     status, rotated = await call(gateway, "POST", f"/v1/keys/{key_id}/rotate", {"overlap_s": 600})
     assert status == 200 and rotated["key"] != secret and rotated["key_id"] == key_id
     assert len(rotated["previous_secrets_valid_until"]) == 1
-    await gateway.key_directory.refresh()
+    await gateway.tenants.directory.refresh()
     for s in (secret, rotated["key"]):  # both work during the overlap
         assert (await call(gateway, "GET", "/v1/spend", headers=bearer(s)))[0] == 200
-    old = gateway.key_directory.by_hash(hash_key(secret, gateway.key_secret))
+    old = gateway.tenants.directory.by_hash(hash_key(secret, gateway.tenants.key_secret))
     assert old.valid_until is not None and old.usable_at(time.time()) and not old.usable_at(old.valid_until)
     status, quick = await call(gateway, "POST", f"/v1/keys/{key_id}/rotate", {"overlap_s": 0})
-    await gateway.key_directory.refresh()
+    await gateway.tenants.directory.refresh()
     assert (await call(gateway, "GET", "/v1/spend", headers=bearer(rotated["key"])))[0] == 401  # no overlap
     assert (await call(gateway, "GET", "/v1/spend", headers=bearer(quick["key"])))[0] == 200
 
     status, revoked = await call(gateway, "POST", f"/v1/keys/{key_id}/revoke")
     assert status == 200 and revoked["status"] == "revoked"
-    await gateway.key_directory.refresh()
+    await gateway.tenants.directory.refresh()
     status, error = await call(gateway, "GET", "/v1/spend", headers=bearer(quick["key"]))
     assert status == 401 and error["error"]["code"] == "invalid_api_key"
 
@@ -115,8 +115,8 @@ async def test_a_team_key_reads_only_its_own_teams_spend(upstream, start_gateway
         keys[team] = (await call(gateway, "POST", "/v1/keys", {"name": f"{team}-app", "team_id": team}))[1]
     for i in range(6):
         team = "red" if i < 4 else "blue"
-        gateway.spend_log.record(spend(i, keys[team]["key_id"], team, 0.5, model=f"m{i % 2}"))
-    await gateway.spend_log.flush()
+        gateway.tenants.spend_log.record(spend(i, keys[team]["key_id"], team, 0.5, model=f"m{i % 2}"))
+    await gateway.tenants.spend_log.flush()
 
     status, red = await call(gateway, "GET", "/v1/spend?group_by=team", headers=bearer(keys["red"]["key"]))
     assert status == 200 and [(r["team"], r["requests"], r["cost_usd"]) for r in red["data"]] == [("red", 4, 2.0)]
@@ -187,7 +187,7 @@ async def test_bad_admin_input_is_refused_naming_the_field_and_nothing_is_writte
     gateway = await start_gateway(tenant_config(upstream.url), secrets=SECRETS)
     await call(gateway, "POST", "/v1/teams", {"team_id": "red", "name": "Red"})
     key_id = (await call(gateway, "POST", "/v1/keys", {"name": "k", "team_id": "red"}))[1]["key_id"]
-    before = await gateway.tenant_store.version()
+    before = await gateway.tenants.store.version()
     shown = await call(gateway, "GET", f"/v1/keys/{key_id}")
     for method, path, body, want, param in BAD_INPUT:
         status, answer = await call(gateway, method, path.replace("KEY", key_id), body)
@@ -197,7 +197,7 @@ async def test_bad_admin_input_is_refused_naming_the_field_and_nothing_is_writte
     assert status == 400 and answer["error"]["param"] == "body"
     assert (await call(gateway, "POST", "/v1/teams", {"name": "T"}, headers={}))[0] == 401
     assert (await call(gateway, "POST", "/v1/teams", {"name": "T"}, headers=bearer("wrong")))[0] == 401
-    assert await gateway.tenant_store.version() == before  # nothing written
+    assert await gateway.tenants.store.version() == before  # nothing written
     assert await call(gateway, "GET", f"/v1/keys/{key_id}") == shown
 
 
@@ -224,8 +224,8 @@ async def test_cli_teams_keys_and_spend_create_rotate_revoke_expire(upstream, st
     code, out, err = await sits(gateway, "keys", "rotate", created["key_id"], "--overlap-s", "60")
     rotated = json.loads(out)
     assert code == 0 and rotated["key"] != created["key"]
-    gateway.spend_log.record(spend(1, created["key_id"], "search", 1.25))
-    await gateway.spend_log.flush()
+    gateway.tenants.spend_log.record(spend(1, created["key_id"], "search", 1.25))
+    await gateway.tenants.spend_log.flush()
     code, out, err = await sits(gateway, "spend", "--json", key=rotated["key"])  # a team's own key
     assert code == 0, err
     assert [(r["key"], r["cost_usd"]) for r in json.loads(out)] == [(created["key_id"], 1.25)]
@@ -250,13 +250,13 @@ async def test_graceful_stop_flushes_the_spend_log(upstream, tmp_path):
     gateway = Gateway(settings, config)
     await gateway.start()
     for i in range(40):
-        gateway.spend_log.record(spend(i, "key_x", "team_x", 0.1))
+        gateway.tenants.spend_log.record(spend(i, "key_x", "team_x", 0.1))
     await gateway.stop()
     again = Gateway(settings, config)  # the same data dir: the embedded SQLite store
     await again.start()
     try:
-        assert await again.spend_log.period_spend_exact("team", "team_x", "total") == pytest.approx(4.0)
-        assert again.spend_log.period_spend("team", "team_x", "total") == pytest.approx(4.0)  # loaded at start
+        assert await again.tenants.spend_log.period_spend_exact("team", "team_x", "total") == pytest.approx(4.0)
+        assert again.tenants.spend_log.period_spend("team", "team_x", "total") == pytest.approx(4.0)  # loaded at start
     finally:
         await again.stop()
 
@@ -283,9 +283,9 @@ async def test_a_revocation_on_one_replica_reaches_another_within_its_refresh(up
     assert await until(200) == 200
     await call(first, "POST", f"/v1/keys/{key['key_id']}/revoke")
     assert await until(401) == 401
-    assert second.key_directory.version == first.key_directory.version
+    assert second.tenants.directory.version == first.tenants.directory.version
     async with aiohttp.ClientSession() as session:
         async with session.get(base_url(second) + "/metrics") as response:
             exposition = await response.text()
-    assert f"sits_key_directory_version {float(second.key_directory.version)}" in exposition
+    assert f"sits_key_directory_version {float(second.tenants.directory.version)}" in exposition
     assert "sits_spend_log_rows_queued 0.0" in exposition
