@@ -19,6 +19,7 @@ from aiohttp import web
 from sits.app import Gateway
 from sits.configuration.gateway import parse_config
 from sits.settings import Settings
+from tests.loopback_server import LoopbackServer
 from sits.tenants.records import KeyRecord, Limits, SpendRecord, TeamRecord, hash_key
 
 KEY_SECRET = "tenants-test-key-secret"
@@ -79,26 +80,24 @@ class UsageUpstream:
                       "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
         self.delay_s = 0.0
         self.requests = 0
-        self.port = 0
-        self._runner: web.AppRunner | None = None
+        self._server = LoopbackServer()
+
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return self._server.url + "/v1"
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await self._server.serve(app)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._server.stop()
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tests.loopback_server import LoopbackServer
+
 TOOL_ARGS = '{"city": "Paris"}'
 
 
@@ -18,26 +20,24 @@ class ScriptedUpstream:
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
         self.anthropic_status = 200  # an error status for /v1/messages when set
-        self._runner: web.AppRunner | None = None
-        self.port = 0
+        self._server = LoopbackServer()
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await self._server.serve(app)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._server.stop()
+
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return self._server.url + "/v1"
 
     async def _record(self, request: web.Request) -> dict[str, Any]:
         body = orjson.loads(await request.read())
