@@ -38,6 +38,7 @@ class FakeUpstream:
         self._rng = random.Random(1234)
         self.stream_chunks = stream_chunks
         self.chunk_delay = chunk_delay
+        self.chunk_padding = 0  # extra characters in each streamed token (a long stream in few events)
         self.log = UpstreamLog()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -129,7 +130,8 @@ class FakeUpstream:
                     request.transport.close()  # type: ignore[union-attr]
                     return response
                 chunk = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
-                         "choices": [{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}]}
+                         "choices": [{"index": 0, "delta": {"content": f"tok{i} " + "x" * self.chunk_padding},
+                                      "finish_reason": None}]}
                 await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
                 if self.chunk_delay:
                     await asyncio.sleep(self.chunk_delay)

@@ -35,6 +35,28 @@ async def test_client_disconnect_mid_stream_cancels_upstream(upstream, start_gat
     assert upstream.log.completed_streams == 0
 
 
+async def test_a_client_reading_slowly_gets_a_long_stream_whole_and_in_order(upstream, start_gateway):
+    """Eight MB of events against a client that reads 64 KB at a time with pauses: the client's socket
+    fills, the gateway stops reading the upstream until it drains and then goes on (a relay that never
+    resumed would stall here; one that ignored the full socket would buffer the whole stream)."""
+    upstream.stream_chunks, upstream.chunk_padding = 400, 20_000
+    gateway = await start_gateway(one_model_config(upstream.url))
+    async with aiohttp.ClientSession(read_bufsize=64 * 1024) as session:
+        async with session.post(base_url(gateway) + "/v1/chat/completions", json=STREAM_BODY) as response:
+            body = b""
+            while True:
+                part = await asyncio.wait_for(response.content.read(64 * 1024), 10)
+                if not part:
+                    break
+                body += part
+                await asyncio.sleep(0.002)
+    events = [line[6:] for line in body.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    tokens = [orjson.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1]]
+    assert [t.split(" ")[0] for t in tokens if t] == [f"tok{i}" for i in range(400)]
+    assert upstream.log.completed_streams == 1
+
+
 async def test_stream_cut_by_upstream_ends_with_error_event_and_no_done(upstream, start_gateway):
     upstream.stream_chunks, upstream.mode = 6, "cut_stream"
     gateway = await start_gateway(one_model_config(upstream.url))

@@ -102,6 +102,34 @@ async def test_a_stream_consumer_that_lags_resumes_the_paused_connection(pool):
     assert body == part * 6 + b"data: [DONE]\n\n"
 
 
+async def test_a_pushed_stream_pauses_reading_while_its_consumer_is_full_and_delivers_everything_in_order(pool):
+    part = b"data: {" + b"x" * (512 * 1024) + b"}\n\n"
+    events = [(0.0, chunk(part)) for _ in range(6)] + [(0.0, chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")]
+    got: list[bytes] = []
+    async with serving(events) as port:
+        response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=30))
+        ended = response.push(lambda data: got.append(data) or True)  # full after every chunk
+        await asyncio.sleep(0.3)
+        conn = response._conn
+        assert conn is not None and conn.paused and not ended.done()  # waiting for room, not reading
+        while not ended.done():
+            response.resume()
+            await asyncio.sleep(0.01)
+        await ended
+    assert b"".join(got) == part * 6 + b"data: [DONE]\n\n"
+
+
+async def test_a_pushed_stream_that_breaks_fails_its_future(pool):
+    events = [(0.0, chunk(b"data: {}\n\n"))]
+    async with serving(events) as port:
+        response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=0.3))
+        got: list[bytes] = []
+        ended = response.push(lambda data: got.append(data) or False)
+        with pytest.raises(UpstreamTimeout):
+            await asyncio.wait_for(ended, 5)
+    assert got == [b"data: {}\n\n"]
+
+
 class _Transport:
     """Just enough of an asyncio transport to drive a connection's callbacks by hand."""
 

@@ -127,6 +127,7 @@ class HttpServerProtocol(asyncio.Protocol):
         self._drain_waiter: asyncio.Future[None] | None = None
         self._discard_left: int | None = None  # set once rejected: input still to be read and dropped
         self._linger: asyncio.TimerHandle | None = None
+        self._sink: _ChunkedSink | None = None  # a pushed stream being written
         self.idle_since: float | None = None  # loop time the connection last became idle
 
     # -- connection events ---------------------------------------------------
@@ -168,6 +169,9 @@ class HttpServerProtocol(asyncio.Protocol):
         self._write_paused = False
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
+        sink = self._sink
+        if sink is not None and sink.on_drained is not None:
+            sink.on_drained()
 
     @property
     def busy(self) -> bool:
@@ -255,6 +259,8 @@ class HttpServerProtocol(asyncio.Protocol):
                     response = self._render_error(SitsError("internal error"))
                 if isinstance(response, HttpResponse):
                     self._write_response(response, keep_alive)
+                elif response.push is not None:
+                    await self._push_stream(response, keep_alive)
                 else:
                     await self._write_stream(response, keep_alive)
             finally:
@@ -281,22 +287,43 @@ class HttpServerProtocol(asyncio.Protocol):
         head.append(response.body)
         self._transport.write(b"".join(head))
 
+    def _stream_head(self, response: StreamingResponse, keep_alive: bool) -> bytes:
+        head = [
+            _STATUS_LINES.get(response.status) or b"HTTP/1.1 %d Unknown\r\n" % response.status,
+            b"content-type: ",
+            response.content_type,
+            b"\r\ntransfer-encoding: chunked\r\ncache-control: no-cache\r\n",
+        ]
+        for name, value in response.headers:
+            head.append(name + b": " + value + b"\r\n")
+        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        return b"".join(head)
+
+    async def _push_stream(self, response: StreamingResponse, keep_alive: bool) -> None:
+        """A stream whose producer writes each chunk into the connection as it comes (no task switch
+        per chunk); the head goes out with the first chunk, in one write."""
+        assert response.push is not None
+        if self._closed or self._transport is None:
+            return
+        sink = self._sink = _ChunkedSink(self, self._transport, self._stream_head(response, keep_alive))
+        try:
+            await response.push(sink)
+            if not self._closed:
+                self._transport.write((sink.head or b"") + (b"" if sink.terminated else b"0\r\n\r\n"))
+        except Exception:
+            # Headers are gone already: the only honest signal left is an unterminated body.
+            log.exception("stream relay failed")
+            self.close()
+        finally:
+            self._sink = None
+
     async def _write_stream(self, response: StreamingResponse, keep_alive: bool) -> None:
         transport = self._transport
         chunks = response.chunks
         try:
             if self._closed or transport is None:
                 return
-            head = [
-                _STATUS_LINES.get(response.status) or b"HTTP/1.1 %d Unknown\r\n" % response.status,
-                b"content-type: ",
-                response.content_type,
-                b"\r\ntransfer-encoding: chunked\r\ncache-control: no-cache\r\n",
-            ]
-            for name, value in response.headers:
-                head.append(name + b": " + value + b"\r\n")
-            head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
-            pending: bytes | None = b"".join(head)  # sent with the first chunk: one write, not two
+            pending: bytes | None = self._stream_head(response, keep_alive)  # sent with the first chunk
             terminated = False
             async for chunk in chunks:
                 if not chunk or terminated:
@@ -355,3 +382,32 @@ class HttpServerProtocol(asyncio.Protocol):
 
     def _headers_too_large(self) -> None:
         raise _Rejected(HeadersTooLarge(f"request headers exceed the limit of {self._limits.max_header_bytes} bytes"))
+
+
+class _ChunkedSink:
+    """A pushed stream's chunks, framed as HTTP/1.1 chunks and written to the client's transport."""
+
+    __slots__ = ("_conn", "_transport", "head", "terminated", "on_drained")
+
+    def __init__(self, conn: HttpServerProtocol, transport: asyncio.Transport, head: bytes) -> None:
+        self._conn = conn
+        self._transport = transport
+        self.head: bytes | None = head  # the status line and headers, not yet written
+        self.terminated = False  # the last chunk (and the body's terminator) went out
+        self.on_drained: Callable[[], None] | None = None
+
+    def send(self, chunk: bytes) -> bool:
+        conn = self._conn
+        if conn._closed:
+            return True
+        if not chunk or self.terminated:
+            return conn._write_paused
+        framed = b"%x\r\n%b\r\n" % (len(chunk), chunk)
+        if chunk.endswith(b"data: [DONE]\n\n"):
+            framed += b"0\r\n\r\n"  # the stream's last event: close the body in the same write
+            self.terminated = True
+        head = self.head
+        if head is not None:
+            framed, self.head = head + framed, None
+        self._transport.write(framed)
+        return conn._write_paused

@@ -5,8 +5,9 @@ its errors and its usage (cache reads and writes included) come back as chat com
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 
@@ -40,7 +41,7 @@ def error_body(payload: bytes, status: int) -> bytes:
 class AnthropicResponse:
     """An `UpstreamResponse` whose body is translated to chat completions as it is read."""
 
-    __slots__ = ("_response", "status", "headers", "_stream", "_include_usage")
+    __slots__ = ("_response", "status", "headers", "_stream", "_translator")
 
     def __init__(self, response: UpstreamResponse, stream: bool, include_usage: bool) -> None:
         self._response = response
@@ -48,7 +49,7 @@ class AnthropicResponse:
         self.headers = {k: v for k, v in response.headers.items() if k != "content-type"}
         self.headers["content-type"] = "text/event-stream" if stream else "application/json"
         self._stream = stream
-        self._include_usage = include_usage
+        self._translator = AnthropicToChat(include_usage)  # one per stream, whichever way it is read
 
     async def read(self) -> bytes:
         payload = await self._response.read()
@@ -60,11 +61,35 @@ class AnthropicResponse:
         return orjson.dumps(chat_completion(message, int(time.time())))
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
-        translator = AnthropicToChat(self._include_usage)
+        translator = self._translator
         async for chunk in self._response.iter_chunks():
             out = translator.feed(chunk)
             if out:
                 yield out
+
+    async def next_chunk(self) -> bytes:
+        while True:
+            chunk = await self._response.next_chunk()
+            if not chunk:
+                return b""
+            out = self._translator.feed(chunk)
+            if out:
+                return out
+
+    def push(self, deliver: Callable[[bytes], bool]) -> asyncio.Future[None]:
+        translator = self._translator
+
+        def translated(chunk: bytes) -> bool:
+            out = translator.feed(chunk)
+            return deliver(out) if out else False
+
+        return self._response.push(translated)
+
+    def resume(self) -> None:
+        self._response.resume()
+
+    def fail(self, error: BaseException) -> None:
+        self._response.fail(error)
 
     def first_chunk_within(self, seconds: float) -> None:
         self._response.first_chunk_within(seconds)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -64,7 +64,8 @@ class _StaleConnection(Exception):
 class UpstreamResponse:
     """Status, headers and a body that arrives in chunks."""
 
-    __slots__ = ("status", "headers", "_chunks", "_buffered", "_done", "_error", "_waiter", "_conn", "_loop", "_whole")
+    __slots__ = ("status", "headers", "_chunks", "_buffered", "_done", "_error", "_waiter", "_conn", "_loop", "_whole",
+                 "_deliver", "_ended")
 
     def __init__(self, conn: _UpstreamConnection) -> None:
         self.status = 0
@@ -77,6 +78,8 @@ class UpstreamResponse:
         self._conn: _UpstreamConnection | None = conn
         self._loop = conn._loop  # asyncio.get_running_loop() costs a getpid() per call on 3.11
         self._whole = False  # read() takes the whole body: reading never pauses for it
+        self._deliver: Callable[[bytes], bool] | None = None  # push mode: where each chunk goes as it arrives
+        self._ended: asyncio.Future[None] | None = None  # push mode: done when the body is
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -114,6 +117,59 @@ class UpstreamResponse:
         finally:
             self.close()
 
+    async def next_chunk(self) -> bytes:
+        """The bytes that arrived since the last call, waiting for some; b"" once the body ended."""
+        chunks = self._chunks
+        while not chunks:
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                return b""
+            waiter = self._waiter = self._loop.create_future()
+            await waiter
+            self._waiter = None
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        conn = self._conn
+        if conn is not None and conn.paused:
+            conn.resume()
+        return data
+
+    def push(self, deliver: Callable[[bytes], bool]) -> asyncio.Future[None]:
+        """Push mode, for relaying a stream: from now on each body chunk goes to `deliver` straight from
+        the connection's read callback, so no task wakes up per chunk. `deliver` returns True when its
+        consumer is full: reading then pauses until `resume()`. The future ends with the body, or fails
+        with its error (a broken connection, a timeout, `fail()`)."""
+        ended = self._ended = self._loop.create_future()
+        full = False
+        if self._chunks:  # what arrived before: first, in order
+            data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            full = deliver(data)
+        if self._error is not None:
+            ended.set_exception(self._error)
+        elif self._done:
+            ended.set_result(None)
+        else:
+            self._deliver = deliver
+            conn = self._conn
+            if conn is not None and conn.paused != full:
+                conn.pause() if full else conn.resume()
+        return ended
+
+    def resume(self) -> None:
+        """Push mode: the consumer has room again."""
+        conn = self._conn
+        if conn is not None and conn.paused:
+            conn.resume()
+
+    def fail(self, error: BaseException) -> None:
+        """End the body with `error` (the consumer found it malformed) and drop the connection."""
+        self._fail(error)
+        self.close()
+
     def first_chunk_within(self, seconds: float) -> None:
         """Fail the body (UpstreamTimeout) unless its first bytes arrive within `seconds` (a stream's
         first token); checked by the pool's deadline sweep, like the first-byte and total timeouts."""
@@ -125,6 +181,10 @@ class UpstreamResponse:
         if not self._done and self._conn is not None:
             self._conn.abort()
         self._conn = None
+        self._deliver = None
+        ended = self._ended
+        if ended is not None and not ended.done():
+            ended.cancel()  # its consumer is gone: nobody will read an error set on it later
 
     async def _wait(self) -> None:
         if self._error is not None:
@@ -139,6 +199,10 @@ class UpstreamResponse:
 
     # called by the connection
     def _feed(self, data: bytes) -> bool:
+        """True: stop reading (the buffer, or in push mode the consumer, is full)."""
+        deliver = self._deliver
+        if deliver is not None:
+            return deliver(data)
         self._chunks.append(data)
         self._buffered += len(data)
         self._wake()
@@ -147,11 +211,19 @@ class UpstreamResponse:
     def _finish(self) -> None:
         self._done = True
         self._conn = None
+        self._deliver = None
+        ended = self._ended
+        if ended is not None and not ended.done():
+            ended.set_result(None)
         self._wake()
 
     def _fail(self, error: BaseException) -> None:
-        if not self._done:
+        if not self._done and self._error is None:
             self._error = error
+            self._deliver = None
+            ended = self._ended
+            if ended is not None and not ended.done():
+                ended.set_exception(error)
             self._wake()
 
     def _wake(self) -> None:
@@ -265,6 +337,11 @@ class _UpstreamConnection(asyncio.Protocol):
         if self.deadline is not None:  # still in the exchange's deadline sweep
             self.deadline = min(self.deadline, self._loop.time() + seconds)
             self._waiting_for, self._first_token_s = "first token", seconds
+
+    def pause(self) -> None:
+        self.paused = True
+        if self._transport is not None and not self.closed:
+            self._transport.pause_reading()
 
     def resume(self) -> None:
         self.paused = False

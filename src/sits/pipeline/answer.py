@@ -11,7 +11,7 @@ surfaces translated from chat completions, consume one shape.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from sits.state.semantic_cache import CacheKey
@@ -49,6 +49,16 @@ class Answer(Protocol):
         forwarded body's `stream_options`)."""
         ...
 
+    async def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> None:
+        """`chunks()` pushed into `deliver` as they come (from the upstream's read callback: no task
+        wakes up per event); `deliver` returns True when its consumer is full, and reading then pauses
+        until `resume_reading()`. Returns when the stream ended; raises what `chunks()` would."""
+        ...
+
+    def resume_reading(self) -> None:
+        """The consumer of `push()` has room again."""
+        ...
+
     def close(self, ok: bool = False) -> None:
         """Give back what the answer holds (the upstream connection, the admission slot); idempotent."""
         ...
@@ -81,6 +91,12 @@ def usage_of(payload: bytes) -> tuple[int, int] | None:
 def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
     """Usage from the last events of a stream (sent when the client asked for include_usage)."""
     return usage_of(tail) if tail.find(b'"usage":{') >= 0 else None  # find(): see openai_routes._relay_stream
+
+
+async def push_all(chunks: AsyncIterator[bytes], deliver: Callable[[bytes], bool]) -> None:
+    """`Answer.push` for an answer the gateway made: it is complete, so nothing waits for room."""
+    async for chunk in chunks:
+        deliver(chunk)
 
 
 async def replay(events: list[bytes]) -> AsyncIterator[bytes]:

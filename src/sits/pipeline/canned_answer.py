@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from sits.pipeline.answer import JSON, replay
+from sits.pipeline.answer import JSON, push_all, replay
 from sits.pipeline.cached_response import cache_header, kind_of, render_completion, render_sse
 from sits.state.semantic_cache import CachedCompletion, CacheHit
 
@@ -51,6 +51,12 @@ class CannedAnswer:
 
     def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
         return replay(render_sse(self.hit, self.request_id, include_usage=include_usage))
+
+    def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> Awaitable[None]:
+        return push_all(self.chunks(include_usage), deliver)
+
+    def resume_reading(self) -> None:
+        pass
 
     def close(self, ok: bool = False) -> None:
         pass

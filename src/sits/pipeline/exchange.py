@@ -19,7 +19,7 @@ from sits.telemetry.tracing import Span, end_span
 
 class Exchange:
     __slots__ = ("endpoint", "source", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent",
-                 "span", "first_byte_at", "content_type", "_guard", "_stats", "_clock", "_started", "_open", "_chunks", "_first")
+                 "span", "first_byte_at", "content_type", "_guard", "_stats", "_clock", "_started", "_open", "_first")
 
     def __init__(
         self,
@@ -46,7 +46,6 @@ class Exchange:
         self._clock = clock
         self._started = started
         self._open = True
-        self._chunks: AsyncIterator[bytes] | None = None
         self._first: bytes | None = None
         self._guard: SseGuard | None = None  # streams only
 
@@ -77,11 +76,10 @@ class Exchange:
     async def prefetch_first_chunk(self, timeout_s: float) -> None:
         """Wait for the stream's first bytes before anything reaches the client, so a stream that
         stalls, breaks or opens with an error event can still fall back transparently."""
-        self._chunks = self.response.iter_chunks()
         self._guard = SseGuard(self.endpoint.id)
         self.response.first_chunk_within(timeout_s)  # the pool's deadline sweep: no timer per request
         try:
-            first = await anext(self._chunks, b"")
+            first = await self.response.next_chunk()
         except UpstreamError:
             self.close()
             raise
@@ -107,12 +105,41 @@ class Exchange:
                 yield self._first
                 self._first = None
             guard = self._guard or SseGuard(self.endpoint.id)
-            async for chunk in self._chunks or self.response.iter_chunks():
+            async for chunk in self.response.iter_chunks():
                 guard.check(chunk)
                 yield chunk
             ok = True
         finally:
             self.close(ok)
+
+    async def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> None:
+        """`chunks()` pushed: each chunk, SSE-checked, goes to `deliver` from the upstream connection's
+        read callback, with no task woken per event (`deliver` returns True when its consumer is full;
+        then reading pauses until `resume_reading()`). Returns when the stream ended; raises its error."""
+        ok = False
+        response = self.response
+        guard = self._guard or SseGuard(self.endpoint.id)
+
+        def checked(chunk: bytes) -> bool:
+            try:
+                guard.check(chunk)
+            except UpstreamProtocolError as exc:
+                response.fail(exc)
+                return True
+            return deliver(chunk)
+
+        try:
+            first, self._first = self._first, None
+            if first is not None:
+                deliver(first)  # checked by the prefetch
+            await response.push(checked)
+            ok = True
+        finally:
+            self.close(ok)
+
+    def resume_reading(self) -> None:
+        """The consumer of `push()` has room again."""
+        self.response.resume()
 
     def close(self, ok: bool = False) -> None:
         self.response.close()

@@ -3,9 +3,9 @@ completion with the `sits` extension (docs/workflows.md) and the workflow's x-si
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from sits.pipeline.answer import JSON, replay
+from sits.pipeline.answer import JSON, push_all, replay
 from sits.pipeline.fusion import render
 from sits.pipeline.fusion.result import WorkflowResult
 
@@ -38,6 +38,12 @@ class WorkflowAnswer:
 
     def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
         return replay(render.render_sse(self.result, self.request_id, include_usage))
+
+    def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> Awaitable[None]:
+        return push_all(self.chunks(include_usage), deliver)
+
+    def resume_reading(self) -> None:
+        pass
 
     def close(self, ok: bool = False) -> None:
         pass

@@ -1,0 +1,161 @@
+"""Relaying a chat (or text) completion stream to the client: the answer's SSE bytes as they come.
+
+Two ways to consume one relay, whichever the door supports: `push(sink)`, where each chunk goes from
+the upstream connection's read callback straight into the client's connection (no task wakes up per
+event: what the HTTP/1.1 door uses), and `chunks()`, an async iterator (the HTTP/2 door). Both see each
+chunk through `_see` and end through `_end`, so what is recorded cannot differ between them.
+
+A stream that breaks is resumed on another endpoint or fallback model when `resume` is given (the
+client's request and body) and one can go on from the partial answer; otherwise it gets an SSE error
+event and ends without `[DONE]`, so a client can never mistake a cut answer for a complete one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from time import perf_counter
+from typing import Any
+
+import orjson
+
+from sits.api.http_types import ChunkSink
+from sits.api.request_observer import Observation
+from sits.errors import SitsError, UpstreamProtocolError
+from sits.pipeline.answer import Answer
+from sits.pipeline.cached_response import CompletionAccumulator
+from sits.pipeline.context import RoutingRequest
+from sits.pipeline.director import Director
+from sits.pipeline.stream_resume import partial_answer
+
+log = logging.getLogger("sits.api")
+
+
+class ChatStreamRelay:
+    __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_last",
+                 "_accumulator", "_gaps", "_sent", "_previous", "_sink")
+
+    def __init__(self, answer: Answer, director: Director, seen: Observation, prompt: str,
+                 resume: tuple[RoutingRequest, bytes] | None, include_usage: bool) -> None:
+        self._answer = answer
+        self._director = director
+        self._seen = seen
+        self._prompt = prompt
+        self._resume = resume
+        self._include_usage = include_usage
+        self._tail = b""  # the stream's last bytes: where `[DONE]` must be
+        self._last = b""  # the last chunk that carried usage (include_usage puts it before [DONE])
+        self._accumulator = CompletionAccumulator(seen.api) if answer.cache_key is not None else None
+        self._gaps: Any = self._gaps_of(answer)
+        self._sent: list[bytes] | None = [] if resume is not None else None  # references only: parsed if it breaks
+        self._previous = 0.0
+        self._sink: ChunkSink | None = None
+
+    def _gaps_of(self, answer: Answer) -> Any:
+        """The histogram of chunk gaps: upstream streams only (an answer the gateway made comes whole)."""
+        return self._seen.inter_token(answer.model, answer.source) if answer.first_byte_at is not None else None
+
+    def _see(self, chunk: bytes) -> None:
+        tail = self._tail
+        self._tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
+        if self._accumulator is not None:
+            self._accumulator.feed(chunk)
+        if self._sent is not None:
+            self._sent.append(chunk)
+        gaps = self._gaps
+        if gaps is not None:
+            now = perf_counter()
+            if self._previous:
+                gaps.observe(now - self._previous)
+            self._previous = now
+        # find(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int and formats a
+        # TypeError it then drops, on every event (figures: bench/README.md, "measured")
+        if chunk.find(b'"usage":{') >= 0:
+            self._last = chunk
+
+    def _deliver(self, chunk: bytes) -> bool:
+        self._see(chunk)
+        sink = self._sink
+        assert sink is not None
+        return sink.send(chunk)
+
+    def _check_complete(self) -> None:
+        if self._tail.find(b"[DONE]") < 0:
+            raise UpstreamProtocolError(f"upstream {self._answer.source} ended the stream without [DONE]")
+
+    async def _broke(self, exc: SitsError) -> bytes:
+        """After a failure: the bytes to send on (an SSE comment marking the splice, and `_answer` now the
+        resumed answer), or b"" when the stream cannot go on (the error event is then sent and recorded)."""
+        resumed = None
+        answer = self._answer
+        if self._resume is not None and self._sent is not None:
+            resumed = await self._director.resume(self._resume[0], self._resume[1], answer,
+                                                  partial_answer(self._sent))
+        if resumed is None:
+            self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                              None, status=exc.http_status, prompt=self._prompt, error=exc.message)
+            return b""
+        log.warning("stream from %s broke (%s); resumed on %s", answer.source, exc.message, resumed.source)
+        self._answer, self._accumulator = resumed, None  # a spliced answer is never cached
+        self._gaps, self._previous = self._gaps_of(resumed), 0.0
+        # An SSE comment: clients skip it, a person reading the wire sees the splice.
+        return f": sits resumed the answer on {resumed.source} after {exc.code}\n\n".encode()
+
+    def _end(self, status: int) -> None:
+        answer = self._answer
+        self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                          answer.usage(self._last), status=status, prompt=self._prompt,
+                          error=None if status == 200 else "client closed the stream", raw_usage=self._last)
+        if status == 200 and self._accumulator is not None:
+            self._director.remember(answer, self._accumulator.result())
+
+    async def push(self, sink: ChunkSink) -> None:
+        self._sink = sink
+        status = 499  # until the stream ends one way or the other: the client went away
+        try:
+            while True:
+                answer = self._answer
+                sink.on_drained = answer.resume_reading
+                try:
+                    await answer.push(self._deliver, self._include_usage)
+                    self._check_complete()
+                    status = 200
+                    return
+                except SitsError as exc:
+                    splice = await self._broke(exc)
+                    if not splice:
+                        status = exc.http_status
+                        sink.send(_error_event(answer, exc))
+                        return
+                    sink.send(splice)
+        finally:
+            sink.on_drained = None
+            self._end(status)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        status = 499
+        try:
+            while True:
+                answer = self._answer
+                try:
+                    async for chunk in answer.chunks(self._include_usage):
+                        self._see(chunk)
+                        yield chunk
+                    self._check_complete()
+                    status = 200
+                    return
+                except SitsError as exc:
+                    splice = await self._broke(exc)
+                    if not splice:
+                        status = exc.http_status
+                        yield _error_event(answer, exc)
+                        return
+                    yield splice
+        finally:
+            self._end(status)
+
+
+def _error_event(answer: Answer, exc: SitsError) -> bytes:
+    log.warning("stream from %s failed: %s", answer.source, exc.message)
+    event = {"error": {"message": exc.message, "type": exc.error_type, "param": None, "code": exc.code}}
+    return b"data: " + orjson.dumps(event) + b"\n\n"
