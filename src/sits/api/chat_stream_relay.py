@@ -3,7 +3,7 @@
 Two ways to consume one relay, whichever the door supports: `push(sink)`, where each chunk goes from
 the upstream connection's read callback straight into the client's connection (no task wakes up per
 event: what the HTTP/1.1 door uses), and `chunks()`, an async iterator (the HTTP/2 door). Both see each
-chunk through `_see` and end through `_end`, so what is recorded cannot differ between them.
+chunk through `_deliver` and end through `_end`, so what is recorded cannot differ between them.
 
 A stream that breaks is resumed on another endpoint or fallback model when `resume` is given (the
 client's request and body) and one can go on from the partial answer; otherwise it gets an SSE error
@@ -49,13 +49,15 @@ class ChatStreamRelay:
         self._gaps: Any = self._gaps_of(answer)
         self._sent: list[bytes] | None = [] if resume is not None else None  # references only: parsed if it breaks
         self._previous = 0.0
-        self._sink: ChunkSink | None = None
+        self._sink: ChunkSink = _PULLED  # push() puts the client's connection here
 
     def _gaps_of(self, answer: Answer) -> Any:
         """The histogram of chunk gaps: upstream streams only (an answer the gateway made comes whole)."""
         return self._seen.inter_token(answer.model, answer.source) if answer.first_byte_at is not None else None
 
-    def _see(self, chunk: bytes) -> None:
+    def _deliver(self, chunk: bytes) -> bool:
+        """See one chunk (usage, the tail, the gap since the last one, the cache and resume copies) and
+        send it on; True when the client's buffer is full. The one per-event path of both ways."""
         tail = self._tail
         self._tail = (tail + chunk)[-16:] if len(chunk) < 16 else chunk[-16:]
         if self._accumulator is not None:
@@ -72,12 +74,7 @@ class ChatStreamRelay:
         # TypeError it then drops, on every event (figures: bench/README.md, "measured")
         if chunk.find(b'"usage":{') >= 0:
             self._last = chunk
-
-    def _deliver(self, chunk: bytes) -> bool:
-        self._see(chunk)
-        sink = self._sink
-        assert sink is not None
-        return sink.send(chunk)
+        return self._sink.send(chunk)
 
     def _check_complete(self) -> None:
         if self._tail.find(b"[DONE]") < 0:
@@ -139,7 +136,7 @@ class ChatStreamRelay:
                 answer = self._answer
                 try:
                     async for chunk in answer.chunks(self._include_usage):
-                        self._see(chunk)
+                        self._deliver(chunk)
                         yield chunk
                     self._check_complete()
                     status = 200
@@ -153,6 +150,18 @@ class ChatStreamRelay:
                     yield splice
         finally:
             self._end(status)
+
+
+class _Pulled:
+    """The sink of a pulled relay: the chunks are yielded, nothing to write."""
+
+    on_drained = None
+
+    def send(self, chunk: bytes) -> bool:
+        return False
+
+
+_PULLED = _Pulled()
 
 
 def _error_event(answer: Answer, exc: SitsError) -> bytes:

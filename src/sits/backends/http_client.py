@@ -199,10 +199,7 @@ class UpstreamResponse:
 
     # called by the connection
     def _feed(self, data: bytes) -> bool:
-        """True: stop reading (the buffer, or in push mode the consumer, is full)."""
-        deliver = self._deliver
-        if deliver is not None:
-            return deliver(data)
+        """True: stop reading, the buffer is full (in push mode the connection calls `_deliver` instead)."""
         self._chunks.append(data)
         self._buffered += len(data)
         self._wake()
@@ -302,7 +299,11 @@ class _UpstreamConnection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self._waiting_for == "first token":  # it came: only the total deadline applies again
             self.deadline, self._waiting_for = self._started + self._timeouts.total, "total"
-        if self._response is not None and self._response._feed(body) and self._transport is not None:
+        response = self._response
+        if response is None:
+            return
+        deliver = response._deliver  # push mode, inline: this runs once per streamed event
+        if (deliver(body) if deliver is not None else response._feed(body)) and self._transport is not None:
             self._transport.pause_reading()
             self.paused = True
 

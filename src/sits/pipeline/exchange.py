@@ -119,20 +119,12 @@ class Exchange:
         ok = False
         response = self.response
         guard = self._guard or SseGuard(self.endpoint.id)
-
-        def checked(chunk: bytes) -> bool:
-            try:
-                guard.check(chunk)
-            except UpstreamProtocolError as exc:
-                response.fail(exc)
-                return True
-            return deliver(chunk)
-
+        guard.forward_to(deliver, response.fail)
         try:
             first, self._first = self._first, None
             if first is not None:
                 deliver(first)  # checked by the prefetch
-            await response.push(checked)
+            await response.push(guard.relay)
             ok = True
         finally:
             self.close(ok)

@@ -5,6 +5,8 @@ client as garbage its SDK cannot parse. JSON bodies are not parsed: only their f
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sits.errors import UpstreamProtocolError
 
 _FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
@@ -12,11 +14,30 @@ _MAX_LINE = 4 * 1024 * 1024
 
 
 class SseGuard:
-    __slots__ = ("_partial", "_source")
+    __slots__ = ("_partial", "_source", "_deliver", "_broken")
 
     def __init__(self, source: str) -> None:
         self._partial = b""
         self._source = source
+        self._deliver: Callable[[bytes], bool] | None = None
+        self._broken: Callable[[UpstreamProtocolError], None] | None = None
+
+    def forward_to(self, deliver: Callable[[bytes], bool], broken: Callable[[UpstreamProtocolError], None]) -> None:
+        """For `relay`: where checked chunks go, and who hears of a malformed one."""
+        self._deliver, self._broken = deliver, broken
+
+    def relay(self, chunk: bytes) -> bool:
+        """Check `chunk` and pass it on (a pushed stream's per-event path: one call, not two); a
+        malformed chunk goes to `broken` instead, and the producer is told to stop (True)."""
+        if self._partial or chunk[:7] != b"data: {" or chunk.find(b"\n") != len(chunk) - 2 or chunk[-1:] != b"\n":
+            try:
+                self.check(chunk)
+            except UpstreamProtocolError as exc:
+                assert self._broken is not None
+                self._broken(exc)
+                return True
+        assert self._deliver is not None
+        return self._deliver(chunk)
 
     def check(self, chunk: bytes) -> None:
         """Raise UpstreamProtocolError at the first malformed line; partial lines wait for the next chunk."""
