@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", default="sits", choices=("sits", "floor-callbacks", "floor-tasks"),
                     help="SITS, or the bare Python proxy (python_proxy_floor.py) in one of its two shapes")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--keep-callgrind", type=Path, help="copy the callgrind outputs into this folder (for "
+                    "callgrind_annotate: where the instructions go by C function)")
     ap.add_argument("--config", type=Path, help="serve SITS with this config file instead of --backend (e.g. a "
                     "feature switched off, to price it); the text UPSTREAM_URL in it becomes the upstream's URL")
     ap.add_argument("--event-gap-ms", type=float, default=0.0,
@@ -193,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                                         surface, args.redis_url if args.tenants else None))
         finally:
             procs.stop_all()
+            if args.keep_callgrind is not None:
+                args.keep_callgrind.mkdir(parents=True, exist_ok=True)
+                for out in Path(tmp).glob("callgrind-*"):
+                    shutil.copy(out, args.keep_callgrind / out.name)
     print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}; "
           f"tenants: {'on (limits in ' + args.redis_url + ')' if args.tenants else 'off'}\n")
     print("| surface | mode | requests | concurrency | upstream event gap (ms) | instructions per request |")

@@ -196,7 +196,8 @@ class Gateway:
         self.admission = Admission(config.admission, self.routing_table, self._clock) if config.admission.enabled else None
         self._breakers = CircuitBreakers(BreakerPolicy(resilience.breaker_failure_threshold, resilience.breaker_open_s))
         telemetry = config.telemetry
-        self.metrics = GatewayMetrics() if telemetry.metrics else NoMetrics()
+        self.metrics = GatewayMetrics(idle_upstream=lambda: self._pool.idle_connections() +
+                                      self._guarded_pool.idle_connections()) if telemetry.metrics else NoMetrics()
         self.tracing = Tracing(tracing_settings(settings, config))
         decisions = DecisionLog(telemetry.recent_decisions)
         # Teams, keys and the spend log (docs/tenants.md), built only with `tenants.enabled`.

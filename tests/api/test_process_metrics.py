@@ -29,3 +29,13 @@ async def test_metrics_show_memory_descriptors_and_tasks_that_move_with_open_con
             await session.close()
     assert during["process_open_fds"] >= before["process_open_fds"] + 5
     assert during["sits_event_loop_tasks"] >= 1
+
+
+async def test_metrics_count_the_pooled_idle_upstream_connections(upstream, start_gateway):
+    gateway = await start_gateway(one_model_config(upstream.url))
+    assert (await _scrape(gateway))["sits_upstream_idle_connections"] == 0
+    body = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(base_url(gateway) + "/v1/chat/completions", json=body) as response:
+            assert response.status == 200
+    assert (await _scrape(gateway))["sits_upstream_idle_connections"] == 1  # kept for the next request

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from sits.backends.http_client import ConnectionPool, Origin, Timeouts, _UpstreamConnection
-from sits.errors import UpstreamTimeout
+from sits.errors import UpstreamConnectError, UpstreamTimeout
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
@@ -165,3 +165,18 @@ async def test_a_body_that_fills_the_buffer_in_its_last_read_leaves_the_connecti
     assert transport.reading and not conn.paused
     assert pool._take_idle(origin) is conn  # back in the pool, reading
     assert await response.read() == body
+
+
+async def test_a_refused_connection_drops_what_is_pooled_for_that_origin(pool):
+    """A server that refuses connections went away: its pooled connections are from before it did."""
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    origin = Origin("http", "127.0.0.1", port)
+    conn = await pool._connect(origin, Timeouts(connect=2))
+    pool._release(conn)
+    assert pool.idle_connections() == 1
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(UpstreamConnectError):
+        await pool._connect(origin, Timeouts(connect=2))
+    assert pool.idle_connections() == 0 and conn.closed

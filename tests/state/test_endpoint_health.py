@@ -31,3 +31,22 @@ def test_an_ejected_endpoint_whose_probes_kept_passing_waits_out_the_ejection():
     board.probe_result("a", True, now=5.0)  # /health answers, completions fail: not back
     assert not board.available("a", 10.0)
     assert board.available("a", 31.0)
+
+
+def test_an_endpoint_restarted_between_two_probes_is_back_at_its_next_passing_probe():
+    """No probe saw it down, but real traffic did: connections refused while it restarted."""
+    board = _ejected_board()
+    board.request_failed("a", 2.0, ["a", "b"], unreachable=True)  # connection refused
+    board.probe_result("a", True, now=5.0)
+    assert board.available("a", 5.0)
+
+
+def test_the_evidence_of_a_restart_is_spent_by_the_passing_probe_that_readmits():
+    board = _ejected_board()
+    board.request_failed("a", 2.0, ["a", "b"], unreachable=True)
+    board.probe_result("a", True, now=5.0)  # readmitted
+    for _ in range(5):  # then it answers badly again: 5xx, not refusals
+        board.request_failed("a", 6.0, ["a", "b"])
+    assert not board.available("a", 7.0)
+    board.probe_result("a", True, now=8.0)  # its probes pass, but it did not go away: it stays out
+    assert not board.available("a", 8.0)

@@ -460,8 +460,20 @@ class ConnectionPool:
                 f"connect to {origin.host}:{origin.port} timed out after {timeouts.connect:g}s"
             ) from None
         except OSError as exc:
+            # Refused: the server went away, and whatever is pooled for it is from before (a restarted
+            # server's old connections must not be the first thing its readmission meets).
+            self._drop_idle(origin)
             raise UpstreamConnectError(f"cannot connect to {origin.host}:{origin.port}: {exc.strerror or exc}") from None
         return conn
+
+    def _drop_idle(self, origin: Origin) -> None:
+        idle = self._idle.get(origin)
+        while idle:
+            idle.pop().abort()
+
+    def idle_connections(self) -> int:
+        """Open keep-alive connections waiting in the pool (what a descriptor count includes besides leaks)."""
+        return sum(1 for idle in self._idle.values() for conn in idle if not conn.closed)
 
     def _watch(self, conn: _UpstreamConnection) -> None:
         self._busy.add(conn)

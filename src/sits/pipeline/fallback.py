@@ -175,4 +175,4 @@ class FallbackChain:
             return  # busy, not broken
         now = self._clock()
         self._breakers.on_failure(endpoint_id, now)
-        self._health.request_failed(endpoint_id, now, siblings)
+        self._health.request_failed(endpoint_id, now, siblings, isinstance(error, UpstreamConnectError))

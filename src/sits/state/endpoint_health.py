@@ -5,9 +5,11 @@ failures) -> ready again on recovery; draining (removed from the table, in-fligh
 requests finish) -> removed. Ejection follows Envoy's outlier-detection defaults:
 5 consecutive 5xx or connect failures eject for 30 s times the ejection count, at
 most 300 s, and never the last available endpoint of a model. An ejected endpoint that also failed a
-probe and then passes one is back at once (Envoy's successful_active_health_check_uneject_host): it
-went away and came back, as a restarted server does, and waiting out the ejection would only leave its
-siblings without a retry target. One that kept passing probes stays out for the whole ejection.
+probe, or refused connections, and then passes one is back at once (Envoy's
+successful_active_health_check_uneject_host): it went away and came back, as a restarted server does
+(one restarted between two probes is seen only by the connections it refused), and waiting out the
+ejection would only leave its siblings without a retry target. One that kept answering, badly, and
+passing probes stays out for the whole ejection.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class EndpointHealth:
     ejected_until: float = 0.0
     last_probe_at: float | None = None
     last_error: str | None = None
+    went_away: bool = False  # refused a connection since its last passing probe
 
     def available(self, now: float) -> bool:
         return self.phase == "ready" and now >= self.ejected_until
@@ -70,9 +73,10 @@ class HealthBoard:
             return
         health.last_probe_at = now
         if ok:
-            if health.probe_failures and health.ejected_until > now:
+            if (health.probe_failures or health.went_away) and health.ejected_until > now:
                 health.ejected_until = now  # down, then up again: the ejection has done its job
             health.probe_failures = 0
+            health.went_away = False
             health.probe_successes += 1
             health.last_error = None
             if health.phase != "ready" and health.probe_successes >= self.policy.healthy_threshold:
@@ -89,12 +93,14 @@ class HealthBoard:
         if health is not None:
             health.consecutive_errors = 0
 
-    def request_failed(self, endpoint_id: str, now: float, siblings: Iterable[str]) -> bool:
-        """Passive detection from real traffic (a 5xx or connect failure); True when this call ejected it."""
+    def request_failed(self, endpoint_id: str, now: float, siblings: Iterable[str], unreachable: bool = False) -> bool:
+        """Passive detection from real traffic (a 5xx or, `unreachable`, a connect failure); True when this
+        call ejected it."""
         health = self._by_id.get(endpoint_id)
         if health is None:
             return False
         health.consecutive_errors += 1
+        health.went_away = health.went_away or unreachable
         if health.consecutive_errors < self.policy.consecutive_errors_to_eject or now < health.ejected_until:
             return False
         others_available = any(s != endpoint_id and self.available(s, now) for s in siblings)

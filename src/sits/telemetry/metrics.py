@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -144,8 +144,10 @@ class _Series:
 class GatewayMetrics(Collector):
     enabled = True
 
-    def __init__(self, max_values_per_label: int = 512) -> None:
+    def __init__(self, max_values_per_label: int = 512, idle_upstream: Callable[[], int] | None = None) -> None:
+        """`idle_upstream`: the upstream connections pooled and idle now (read at scrape time)."""
         self.registry = CollectorRegistry(auto_describe=False)
+        self._idle_upstream = idle_upstream
         self._model = BoundedLabels(max_values_per_label)
         self._endpoint = BoundedLabels(max_values_per_label)
         me = ("model", "endpoint")
@@ -196,6 +198,9 @@ class GatewayMetrics(Collector):
             return
         yield GaugeMetricFamily("sits_event_loop_tasks", "Tasks alive on the gateway's event loop (a leak grows it).",
                                 value=tasks)
+        if self._idle_upstream is not None:
+            yield GaugeMetricFamily("sits_upstream_idle_connections", "Upstream keep-alive connections pooled and "
+                                    "idle (open descriptors that are not a leak).", value=self._idle_upstream())
 
     def describe(self) -> list[object]:
         return []
