@@ -30,6 +30,7 @@ _STATUS_LINES = {
     s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus
 }
 _MAX_PIPELINED = 16
+_DONE_EVENT = b"data: [DONE]\n\n"
 # Header names as sent -> lower-case str: clients send the same few names on every request, and a
 # lookup costs less than decoding and lower-casing each one. Bounded: odd names are decoded each time.
 _HEADER_NAMES: dict[bytes, str] = {}
@@ -403,7 +404,7 @@ class _ChunkedSink:
         if not chunk or self.terminated:
             return conn._write_paused
         framed = b"%x\r\n%b\r\n" % (len(chunk), chunk)
-        if chunk.endswith(b"data: [DONE]\n\n"):
+        if chunk[-14:] == _DONE_EVENT:  # a slice compare: bytes.endswith parses its arguments every call
             framed += b"0\r\n\r\n"  # the stream's last event: close the body in the same write
             self.terminated = True
         head = self.head

@@ -18,7 +18,7 @@ from sits.state.routing_table import RoutingTable
 from sits.telemetry.config import LogsConfig
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.logging_setup import current_trace_id
-from sits.telemetry.metrics import GatewayMetrics
+from sits.telemetry.metrics import Buckets, GatewayMetrics
 from sits.telemetry.tracing import NO_TRACE, Trace, Tracing, operation_of
 from sits.tenants.gate import Ticket
 
@@ -73,7 +73,7 @@ class Observation:
         self._done = False
         self.tenant: Ticket | None = None  # the key gate's ticket (tenants on): settled when this ends
 
-    def inter_token(self, model: str, endpoint: str) -> Any:
+    def inter_token(self, model: str, endpoint: str) -> Buckets | None:
         """The histogram a stream relay observes chunk gaps on, or None when metrics are off."""
         return self._observer.metrics.inter_token(model, endpoint)
 
