@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 MODES = ("nonstream", "stream")
-TARGET_ORDER = ("direct", "python-floor", "sits", "sits-gc", "litellm")
+TARGET_ORDER = ("direct", "python-floor", "sits", "sits-2w", "sits-gc", "litellm")
 
 
 def _cell(results: dict, target: str, mode: str, conc: int) -> dict | None:

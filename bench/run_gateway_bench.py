@@ -204,8 +204,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--duration", type=int, dest="duration_s", help="seconds per cell (default 10, quick 3)")
     ap.add_argument("--concurrency", default="1,16,64", help="comma-separated connection counts")
     ap.add_argument("--targets", default="direct,python-floor,sits,litellm",
-                    help="comma-separated subset of direct,python-floor,sits,litellm,sits-gc (python-floor: the bare "
-                         "Python proxy, bench/python_proxy_floor.py; sits-gc: diagnostic, SITS with gc.freeze + higher GC thresholds)")
+                    help="comma-separated subset of direct,python-floor,sits,sits-2w,litellm,sits-gc (python-floor: the bare "
+                         "Python proxy, bench/python_proxy_floor.py; sits-2w: sits serve --workers 2, for scaling "
+                         "(give it --gateway-cpus 0,1); sits-gc: diagnostic, SITS with gc.freeze + higher GC thresholds)")
     ap.add_argument("--gateway-cpus", default="0", help="taskset CPU list for the gateway under test")
     ap.add_argument("--load-cpus", default="1", help="taskset CPU list for upstream, wrk, probe and this harness")
     ap.add_argument("--probe-max-requests", type=int, default=1_000_000)
@@ -232,7 +233,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.profile_s = args.profile_s or (5 if args.quick else 10)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(args.targets) - {"direct", "python-floor", "sits", "litellm", "sits-gc"}
+    unknown = set(args.targets) - {"direct", "python-floor", "sits", "litellm", "sits-gc", "sits-2w"}
     if unknown:
         ap.error(f"unknown targets: {sorted(unknown)}")
     if "direct" not in args.targets:
@@ -306,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                         target = RunningTarget("direct", upstream.port, upstream.process)
                     elif name == "python-floor":
                         target = start_python_floor(procs, upstream.port, args.gateway_cpus)
-                    elif name in ("sits", "sits-gc"):
-                        target = start_sits(procs, upstream.port, args.gateway_cpus, TMP_DIR / name, gc_variant=name == "sits-gc")
+                    elif name in ("sits", "sits-gc", "sits-2w"):
+                        target = start_sits(procs, upstream.port, args.gateway_cpus, TMP_DIR / name,
+                                            gc_variant=name == "sits-gc", workers=2 if name == "sits-2w" else 1)
                         results["versions"]["sits"] = target.version
                     else:
                         target = start_litellm(procs, upstream.port, args.gateway_cpus, TMP_DIR / "litellm")

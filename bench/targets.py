@@ -66,13 +66,15 @@ def sits_version(cmd: list[str]) -> str:
     return (out.stdout or out.stderr).strip()
 
 
-def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path, gc_variant: bool = False) -> RunningTarget:
-    """`gc_variant`: the diagnostic `sits-gc` target (bench/sits_gc_variant.py), same arguments."""
+def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path, gc_variant: bool = False,
+               workers: int = 1) -> RunningTarget:
+    """`gc_variant`: the diagnostic `sits-gc` target (bench/sits_gc_variant.py), same arguments;
+    `workers`: `sits serve --workers N` (the `sits-2w` target: two gateway processes on one port)."""
     cmd = sits_command()
     if cmd is None:
         raise RuntimeError(f"sits is not runnable yet ({SITS_BIN} --version failed)")
     version = sits_version(cmd)
-    name = "sits-gc" if gc_variant else "sits"
+    name = "sits-gc" if gc_variant else ("sits" if workers == 1 else f"sits-{workers}w")
     if gc_variant:
         cmd = [str(PROJECT_PYTHON), str(BENCH_DIR / "sits_gc_variant.py")]
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +84,7 @@ def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir
         child = procs.start(
             name if attempt == 0 else f"{name}-{attempt}",
             cmd + ["serve", "--backend", f"{MODEL}=http://127.0.0.1:{upstream_port}/v1",
-                   "--host", "127.0.0.1", "--port", str(port)],
+                   "--host", "127.0.0.1", "--port", str(port), *(["--workers", str(workers)] if workers > 1 else [])],
             cpus=cpus,
             cwd=work_dir,
         )

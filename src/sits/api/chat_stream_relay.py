@@ -33,7 +33,7 @@ log = logging.getLogger("sits.api")
 
 
 class ChatStreamRelay:
-    __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_last",
+    __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_last",
                  "_accumulator", "_gaps", "_sent", "_previous", "_sink")
 
     def __init__(self, answer: Answer, director: Director, seen: Observation, prompt: str,
@@ -44,7 +44,7 @@ class ChatStreamRelay:
         self._prompt = prompt
         self._resume = resume
         self._include_usage = include_usage
-        self._tail = b""  # the stream's last bytes: where `[DONE]` must be
+        self._tail = self._before = b""  # the stream's last two chunks: where `[DONE]` must be
         self._last = b""  # the last chunk that carried usage (include_usage puts it before [DONE])
         self._accumulator = CompletionAccumulator(seen.api) if answer.cache_key is not None else None
         self._gaps: Buckets | None = self._gaps_of(answer)
@@ -59,8 +59,8 @@ class ChatStreamRelay:
     def _deliver(self, chunk: bytes) -> bool:
         """See one chunk (usage, the tail, the gap since the last one, the cache and resume copies) and
         send it on; True when the client's buffer is full. The one per-event path of both ways."""
-        # The stream's end, for the [DONE] check: a reference to the chunk, copied only for short ones.
-        self._tail = (self._tail + chunk)[-16:] if len(chunk) < 16 else chunk
+        # The stream's last two chunks, by reference, for the [DONE] check (which may straddle them).
+        self._before, self._tail = self._tail, chunk
         if self._accumulator is not None:
             self._accumulator.feed(chunk)
         if self._sent is not None:
@@ -80,7 +80,7 @@ class ChatStreamRelay:
         return self._sink.send(chunk)
 
     def _check_complete(self) -> None:
-        if self._tail[-16:].find(b"[DONE]") < 0:
+        if (self._before[-16:] + self._tail[-16:]).find(b"[DONE]") < 0:
             raise UpstreamProtocolError(f"upstream {self._answer.source} ended the stream without [DONE]")
 
     async def _broke(self, exc: SitsError) -> bytes:

@@ -26,9 +26,10 @@ from sits.backends.address_policy import AddressPolicy, resolve_for_connect
 from sits.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
 
 _PAUSE_ABOVE_BYTES = 1 << 20
-# Upstream timeouts are checked by one periodic sweep over busy connections rather than two loop
-# timers armed and cancelled per request (a measurable share of a request's work; figures:
-# bench/README.md, "measured"); they fire up to this late.
+# Upstream timeouts are checked by one sweep over busy connections rather than two loop timers armed
+# and cancelled per request (a measurable share of a request's work; figures: bench/README.md,
+# "measured"). The sweep runs when the earliest deadline is due, no sooner than this after the last
+# one, so a timeout fires up to this late and a pool whose deadlines are far off is not swept at all.
 TIMEOUT_RESOLUTION_S = 0.02
 # Header names as sent -> lower-case str: an upstream sends the same few names on every answer, and a
 # lookup costs less than decoding and lower-casing each. Bounded: odd names are decoded each time.
@@ -338,6 +339,7 @@ class _UpstreamConnection(asyncio.Protocol):
         if self.deadline is not None:  # still in the exchange's deadline sweep
             self.deadline = min(self.deadline, self._loop.time() + seconds)
             self._waiting_for, self._first_token_s = "first token", seconds
+            self._pool._watch(self)  # the deadline moved closer: the sweep may have to come sooner
 
     def pause(self) -> None:
         self.paused = True
@@ -400,6 +402,7 @@ class ConnectionPool:
         self._closing = False
         self._busy: set[_UpstreamConnection] = set()  # exchanges with a deadline, checked by the sweep
         self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = 0.0  # loop time the armed sweep runs at
 
     async def request(self, origin: Origin, data: bytes, timeouts: Timeouts) -> UpstreamResponse:
         """Send one pre-encoded HTTP/1.1 request; return when its headers are in."""
@@ -476,16 +479,29 @@ class ConnectionPool:
         return sum(1 for idle in self._idle.values() for conn in idle if not conn.closed)
 
     def _watch(self, conn: _UpstreamConnection) -> None:
+        """`conn` has a deadline (new, or moved closer): sweep by then."""
         self._busy.add(conn)
-        if self._sweep is None:
-            self._sweep = conn._loop.call_later(TIMEOUT_RESOLUTION_S, self._check_deadlines, conn._loop)
+        deadline = conn.deadline
+        assert deadline is not None
+        if self._sweep is None or deadline < self._sweep_at:
+            if self._sweep is not None:
+                self._sweep.cancel()
+            self._arm(conn._loop, deadline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        self._sweep_at = max(due, loop.time() + TIMEOUT_RESOLUTION_S)
+        self._sweep = loop.call_at(self._sweep_at, self._check_deadlines, loop)
 
     def _check_deadlines(self, loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()
         for conn in [c for c in self._busy if c.deadline is not None and c.deadline <= now]:
             conn.time_out()
-        # Runs only while exchanges are in flight: an idle gateway has no timer ticking.
-        self._sweep = loop.call_later(TIMEOUT_RESOLUTION_S, self._check_deadlines, loop) if self._busy else None
+        # Armed only while exchanges are in flight: an idle gateway has no timer ticking.
+        deadlines = [c.deadline for c in self._busy if c.deadline is not None]
+        if deadlines:
+            self._arm(loop, min(deadlines))
+        else:
+            self._sweep = None
 
     async def close(self) -> None:
         self._closing = True
