@@ -25,3 +25,16 @@ def test_malformed_lines_are_refused(bad):
 
 def test_crlf_lines_pass():
     SseGuard("e").check(b'data: {"a": 1}\r\n\r\n')
+
+
+def test_relay_forwards_checked_chunks_keeps_partial_lines_and_reports_a_malformed_one():
+    guard = SseGuard("ep")
+    passed: list[bytes] = []
+    broken: list[Exception] = []
+    guard.forward_to(lambda chunk: passed.append(chunk) or False, broken.append)
+    assert guard.relay(b'data: {"a":1}\n\n') is False  # the one-line fast path
+    guard.relay(b'data: {"b"')  # a line cut in two reads: held until its end comes
+    guard.relay(b':2}\n\n')
+    assert passed == [b'data: {"a":1}\n\n', b'data: {"b"', b':2}\n\n'] and not broken
+    assert guard.relay(b"data: <html>\n\n") is True  # stop reading: the stream is broken
+    assert passed[-1] == b':2}\n\n' and "malformed SSE line" in str(broken[0])

@@ -19,8 +19,8 @@ class SseGuard:
     def __init__(self, source: str) -> None:
         self._partial = b""
         self._source = source
-        self._deliver: Callable[[bytes], bool] | None = None
-        self._broken: Callable[[UpstreamProtocolError], None] | None = None
+        self._deliver: Callable[[bytes], bool] = _unset
+        self._broken: Callable[[UpstreamProtocolError], None] = _unset
 
     def forward_to(self, deliver: Callable[[bytes], bool], broken: Callable[[UpstreamProtocolError], None]) -> None:
         """For `relay`: where checked chunks go, and who hears of a malformed one."""
@@ -29,14 +29,13 @@ class SseGuard:
     def relay(self, chunk: bytes) -> bool:
         """Check `chunk` and pass it on (a pushed stream's per-event path: one call, not two); a
         malformed chunk goes to `broken` instead, and the producer is told to stop (True)."""
-        if self._partial or chunk[:7] != b"data: {" or chunk.find(b"\n") != len(chunk) - 2 or chunk[-1:] != b"\n":
+        if self._partial or not chunk.startswith(b"data: {") or chunk.find(b"\n") != len(chunk) - 2 \
+                or chunk[-1] != 10:  # 10: "\n"
             try:
-                self.check(chunk)
+                self.check(chunk)  # anything but one whole one-line JSON event
             except UpstreamProtocolError as exc:
-                assert self._broken is not None
                 self._broken(exc)
                 return True
-        assert self._deliver is not None
         return self._deliver(chunk)
 
     def check(self, chunk: bytes) -> None:
@@ -60,3 +59,7 @@ class SseGuard:
                 continue
             shown = line[:80].decode("utf-8", "replace")
             raise UpstreamProtocolError(f"upstream {self._source} sent a malformed SSE line: {shown!r}")
+
+
+def _unset(_: object) -> bool:
+    raise RuntimeError("SseGuard.relay before forward_to")
