@@ -95,7 +95,7 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int, surfac
 
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
             procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0,
-            surface: str = "chat", tenants_redis: str | None = None) -> dict:
+            surface: str = "chat", tenants_redis: str | None = None, idle_s: float = 0.0) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
                                         "--event-gap-ms", str(event_gap_ms)], cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
@@ -127,6 +127,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             wait_for_line(gateway, "PORT", 600)
         api_key = TENANTS_KEY if tenants_redis is not None else None
         asyncio.run(_load(port, stream, warmup, concurrency, surface, api_key))
+        idle_rate = _idle_rate(gateway.pid, out, idle_s) if idle_s else None
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
         seconds = asyncio.run(_load(port, stream, requests, concurrency, surface, api_key))
         subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)], check=True, capture_output=True)
@@ -142,7 +143,25 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             "concurrency": concurrency,
             "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None,
             "instructions": total, "instructions_per_request": round(total / requests),
-            "seconds_under_valgrind": round(seconds, 1)}
+            "seconds_under_valgrind": round(seconds, 1),
+            # timers (health probes, stats refresh, sweeps) tick per wall-clock second, and valgrind stretches a
+            # run's wall time: what of each request's count that background work is, at the idle rate
+            "idle_instructions_per_second": idle_rate,
+            "background_per_request": round(idle_rate * seconds / requests) if idle_rate is not None else None}
+
+
+def _idle_rate(pid: int, out: Path, seconds: float) -> int:
+    """Instructions per second the gateway runs with no request in flight (dumped, then set aside)."""
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+    time.sleep(seconds)
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    time.sleep(1.0)
+    total = 0
+    for dump in out.parent.glob(out.name + ".*"):
+        total += sum(int(m.group(1)) for m in _TOTALS.finditer(dump.read_bytes()))
+        dump.rename(dump.with_name("idle-" + dump.name))
+    return round(total / seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", default="sits", choices=("sits", "floor-callbacks", "floor-tasks"),
                     help="SITS, or the bare Python proxy (python_proxy_floor.py) in one of its two shapes")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--idle-seconds", type=float, default=0.0,
+                    help="also count the gateway idle for this long after the warm-up: the rate of its background "
+                         "work, and how much of each request's count that is (a gapped run is mostly waiting)")
     ap.add_argument("--keep-callgrind", type=Path, help="copy the callgrind outputs into this folder (for "
                     "callgrind_annotate: where the instructions go by C function)")
     ap.add_argument("--config", type=Path, help="serve SITS with this config file instead of --backend (e.g. a "
@@ -192,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in args.modes.split(","):
                     rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests,
                                         args.warmup, args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms,
-                                        surface, args.redis_url if args.tenants else None))
+                                        surface, args.redis_url if args.tenants else None, args.idle_seconds))
         finally:
             procs.stop_all()
             if args.keep_callgrind is not None:
@@ -201,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.copy(out, args.keep_callgrind / out.name)
     print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}; "
           f"tenants: {'on (limits in ' + args.redis_url + ')' if args.tenants else 'off'}\n")
-    print("| surface | mode | requests | concurrency | upstream event gap (ms) | instructions per request |")
-    print("|---|---|---:|---:|---:|---:|")
+    idle = args.idle_seconds > 0
+    print("| surface | mode | requests | concurrency | upstream event gap (ms) | instructions per request |"
+          + (" of which background |" if idle else ""))
+    print("|---|---|---:|---:|---:|---:|" + ("---:|" if idle else ""))
     for r in rows:
         print(f"| {r['surface']} | {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['event_gap_ms']:g} "
-              f"| {r['instructions_per_request']:,} |")
+              f"| {r['instructions_per_request']:,} |" + (f" {r['background_per_request']:,} |" if idle else ""))
     if args.json:
         args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()),
                                         "patch": str(args.patch) if args.patch else None, "results": rows},
