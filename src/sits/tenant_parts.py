@@ -14,6 +14,7 @@ from sits.control.config import ServerConfig
 from sits.errors import ConfigError
 from sits.runtime.runnable import Runnable
 from sits.settings import Settings
+from sits.state.replication.replica import Replica
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.tenants.budget import BudgetChecks, PeriodSpend
@@ -21,6 +22,7 @@ from sits.tenants.config import TenantsConfig
 from sits.tenants.directory import LiveKeyDirectory
 from sits.tenants.gate import GateSettings, TenantGate
 from sits.tenants.key_lifecycle import KeyLifecycle
+from sits.tenants.key_notices import KeyNotices
 from sits.tenants.key_secret import key_secret
 from sits.tenants.limiter import Limiter
 from sits.tenants.metrics import TenantMetrics
@@ -47,6 +49,13 @@ class TenantParts:
             self._registry.register(TenantStoreMetrics(self.spend_log, self.directory))
         self._redis: RedisWire | None = None
         self._limiter: Limiter | None = None
+        self.notices: KeyNotices | None = None
+
+    def follow_cluster(self, replica: Replica) -> None:
+        """Key and team changes made here are pushed to the other replicas, and theirs to this one, through
+        the cluster document (tenants/key_notices.py); polling the store stays as the backstop."""
+        self.notices = KeyNotices(replica, self.directory)
+        self.directory.announce = self.notices.announce
 
     def background(self) -> list[Runnable]:
         """Started in this order (migrations, first key load, period totals); stopped in reverse (the last flush)."""
