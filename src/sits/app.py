@@ -327,7 +327,7 @@ class Gateway:
 
         # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
         self.grpc = GrpcServer(director, self.admission, self._client_keys, self.handler.request_id_of,
-                               config.server.grpc_port, config.server.max_body_bytes, observer) \
+                               config.server.grpc_port, config.server.max_body_bytes, observer, self.tenant_gate) \
             if config.server.grpc_port is not None else None
         # The endpoint picker (docs/envoy.md): Envoy's ext_proc; the same scheduling, no traffic sent by SITS.
         self.epp: EppServer | None = None

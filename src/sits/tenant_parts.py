@@ -66,9 +66,10 @@ class TenantParts:
              directory: KeyDirectory | None = None, sink: SpendSink | None = None,
              period_spend: PeriodSpend | None = None) -> HttpTenantGate:
         """The key gate; `directory`, `sink` and `period_spend` replace the store's own (tests, benches)."""
-        if server.grpc_port is not None or server.epp_port is not None:  # they would let unchecked keys in
-            raise ConfigError("tenants.enabled: the gRPC door and the endpoint picker do not check tenant keys; "
-                              "unset server.grpc_port and server.epp_port, or turn tenants off")
+        if server.epp_port is not None:  # Envoy would send traffic SITS never sees end: nothing to settle
+            raise ConfigError("tenants.enabled: the endpoint picker (server.epp_port) cannot enforce tenant keys "
+                              "(it picks endpoints, Envoy carries the traffic; docs/limits-and-budgets.md); unset "
+                              "server.epp_port, or turn tenants off")
         limits = self.config.limits
         self._redis = RedisWire(limits.redis_url, limits.redis_timeout_s) if limits.redis_url else None
         self._limiter = limiter = Limiter(self._redis, members, lease_s=limits.concurrency_lease_s,

@@ -187,8 +187,8 @@ async def test_tenants_refuse_to_start_beside_doors_that_skip_the_gate_or_with_a
     from sits.errors import ConfigError
 
     raw = tenant_config(usage_upstream.url)
-    raw["server"]["grpc_port"] = 0
-    with pytest.raises(ConfigError, match="grpc_port"):
+    raw["server"]["epp_port"] = 0  # the gRPC door checks keys (test_grpc_keys.py); the endpoint picker cannot
+    with pytest.raises(ConfigError, match="epp_port"):
         await tenant_gateway(raw, Keys(), Spend())
     raw = tenant_config(usage_upstream.url, limits={"redis_url": "http://127.0.0.1:6379"})
     with pytest.raises(ConfigError, match="tenants.limits.redis_url"):

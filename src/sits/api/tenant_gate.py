@@ -1,6 +1,7 @@
-"""The key gate at the HTTP edge (docs/limits-and-budgets.md): the dispatcher's `before` hook
-authenticates the bearer key, `admit` (awaited once in the OpenAI routes, the model known) checks the
-model, the limits and the budget, and the request's `Observation` settles the ticket when it ends.
+"""The key gate at the doors (docs/limits-and-budgets.md): the dispatcher's `before` hook (on gRPC,
+`authenticate_call` with the call's metadata) authenticates the bearer key, `admit` (awaited once in
+the OpenAI routes and the gRPC service, the model known) checks the model, the limits and the budget,
+and the request's `Observation` settles the ticket when it ends.
 
 The key found by the hook travels to `admit` and to admission (the key's priority class) in a context
 variable of the request's task, so the keyed hash is computed once per request.
@@ -70,6 +71,16 @@ class HttpTenantGate:
         """The dispatcher's hook: 401 for a data-plane request without a usable key."""
         if path in self._paths:
             _caller.set(_Caller(request, self.gate.authenticate(bearer_token(request))))
+
+    def authenticate_call(self, request: HttpRequest) -> None:
+        """For a door without the dispatcher's hook (gRPC, its metadata as `request`): 401 without a
+        usable key; the key then feeds the admission class and `admit`, as on HTTP."""
+        _caller.set(_Caller(request, self.gate.authenticate(bearer_token(request))))
+
+    def warning(self, request: HttpRequest) -> str | None:
+        """The soft-budget warning of the request's ticket, once admitted (the gRPC door's metadata)."""
+        caller = _caller.get()
+        return caller.warning if caller is not None and caller.request is request else None
 
     def key_class(self, request: HttpRequest) -> int | None:
         """The admission class of the request's key, when the key names one."""
