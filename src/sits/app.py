@@ -277,6 +277,7 @@ class Gateway:
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
         if tenants is not None:  # key changes reach the other replicas through the cluster document
             tenants.follow_cluster(self.cluster.replica)
+            telemetry_routes.tenant_panel = tenants.usage_panel()  # the dashboard's spend and limits panel
         tenant_routes, tenant_prefixes = tenants.routes(admin_guard) if tenants is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))

@@ -32,6 +32,7 @@ from sits.tenants.spend_log import SpendLog
 from sits.tenants.spend_store import SpendStore
 from sits.tenants.store import TenantStore
 from sits.tenants.store_metrics import TenantStoreMetrics
+from sits.tenants.usage_panel import UsagePanel
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 
@@ -82,6 +83,12 @@ class TenantParts:
                           table, metrics, GateSettings(self.key_secret, limits.default_output_reservation,
                                                        limits.key_prefix))
         return HttpTenantGate(gate, PromptTokens(tokenizers, table), data_plane_paths)
+
+    def usage_panel(self) -> UsagePanel | None:
+        """The dashboard's spend and limits panel (admin viewers only), once the key gate is built."""
+        if self._limiter is None:
+            return None
+        return UsagePanel(self.directory, self.spend_log.spend_by, self._limiter, self.config.limits.key_prefix)
 
     def routes(self, admin_guard: AdminGuard) -> RouteTables:
         """The tenant admin API and spend reports (api/tenant_routes.py)."""

@@ -123,6 +123,30 @@ return table.concat(answers, '|')
 """
 BATCH = Script(BATCH_LUA)
 
+# What counters hold now, for the dashboard (never on the request path). KEYS: the counters; ARGV[1]: their
+# kinds (one letter each), ARGV[2..]: their limits. Answers one string per counter: a rate's units in use
+# over the sliding minute (GCRA: how far its arrival time runs ahead of now, in units), a concurrency's
+# leases alive, a budget's nano-USD (empty when Redis holds no such counter).
+USAGE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i, key in ipairs(KEYS) do
+  local kind = string.sub(ARGV[1], i, i)
+  if kind == 'c' then
+    out[i] = tostring(redis.call('ZCOUNT', key, now, '+inf'))
+  elseif kind == 'b' then
+    out[i] = redis.call('GET', key) or ''
+  else
+    local tat = tonumber(redis.call('GET', key) or '0')
+    local used = 0
+    if tat > now then used = (tat - now) * tonumber(ARGV[i + 1]) / 60000 end
+    out[i] = string.format('%.2f', used)
+  end
+end
+return out
+"""
+
 
 class Check(NamedTuple):
     """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
@@ -176,6 +200,16 @@ class Plan:
     def settlement(self, tokens_delta: int, nano_delta: int, member: str) -> tuple[bytes, int, str]:
         """(encoded keys, how many, their settlements) for one request, to send in a batch."""
         return self._settle_keys, self._settle_count, self._settle_spec.format(t=tokens_delta, b=nano_delta, m=member)
+
+
+def _encode_eval(source: str, checks: Sequence[Check]) -> bytes:
+    kinds = "".join(c.kind for c in checks).encode()
+    parts = [b"*%d\r\n" % (4 + len(checks) + len(checks)), _bulk(b"EVAL"), _bulk(source.encode()),
+             _bulk(b"%d" % len(checks))]
+    parts += [_bulk(c.key.encode()) for c in checks]
+    parts.append(_bulk(kinds))
+    parts += [_bulk(_number(c.limit).encode()) for c in checks]
+    return b"".join(parts)
 
 
 class Denied(NamedTuple):
@@ -265,6 +299,17 @@ class LocalCounters:
 
     def spent(self, key: str) -> int | None:
         return self._spent.get(key)
+
+    def usage(self, check: Check, share: float) -> float | None:
+        """What `check`'s counter holds here now (as `Limiter.usage`): units in use, leases or nano-USD."""
+        now = self._wall_ms()
+        if check.kind == RATE or check.kind == TOKENS:
+            tat = self._tat.get(check.key, 0.0)
+            return max(0.0, tat - now) * check.limit * share / WINDOW_MS
+        if check.kind == CONCURRENCY:
+            return float(sum(1 for until in self._leases.get(check.key, {}).values() if until > now))
+        spent = self._spent.get(check.key)
+        return None if spent is None else float(spent)
 
     def take_budget_spend(self) -> list[tuple[bytes, int, str]]:
         """Back on Redis: what this replica spent alone, as settlements for the shared counters (which
@@ -463,6 +508,25 @@ class Limiter:
                 await asyncio.wait_for(self._idle.wait(), 2.0)
             except (TimeoutError, asyncio.TimeoutError):
                 pass
+
+    async def usage(self, checks: Sequence[Check]) -> list[float | None]:
+        """What each counter holds now, where limits are counted (Redis, or this replica's share): a rate's
+        units in use over the sliding minute, a concurrency's requests in flight, a budget's nano-USD (None:
+        not counted yet). For the dashboard, once a poll: one script call for all of them."""
+        if not checks:
+            return []
+        if self.mode == "redis" and self._redis is not None:
+            command = _encode_eval(USAGE_LUA, checks)
+            try:
+                reply = await self._redis.call(command)
+            except (RedisUnavailable, RedisReplyError) as exc:
+                log.debug("limits: usage read failed: %s", exc)
+                return [None] * len(checks)
+            if isinstance(reply, list):
+                return [float(v) if v not in (b"", None) else None for v in reply]
+            return [None] * len(checks)
+        share = 1.0 / max(1, len(self._members()))
+        return [self.local.usage(c, share) for c in checks]
 
     def describe(self) -> dict[str, Any]:
         """For /v1/cluster: where limits are counted now."""
