@@ -78,11 +78,12 @@ class TenantParts:
         metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
         if self._registry is not None:
             self._registry.register(metrics)
+        prompt_tokens = PromptTokens(tokenizers, table)
         gate = TenantGate(directory or self.directory, sink or self.spend_log, limiter,
                           BudgetChecks(limits.key_prefix, period_spend or self.spend_log.period_spend),
                           table, metrics, GateSettings(self.key_secret, limits.default_output_reservation,
-                                                       limits.key_prefix))
-        return HttpTenantGate(gate, PromptTokens(tokenizers, table), data_plane_paths)
+                                                       limits.key_prefix), prompt_tokens)
+        return HttpTenantGate(gate, prompt_tokens, data_plane_paths)
 
     def usage_panel(self) -> UsagePanel | None:
         """The dashboard's spend and limits panel (admin viewers only), once the key gate is built."""

@@ -329,14 +329,9 @@ class LocalCounters:
             del self._tat[key]
 
 
-class _Admission:
-    """One request waiting for its batch's answer."""
-
-    __slots__ = ("plan", "nano", "member", "args", "future")
-
-    def __init__(self, plan: Plan, nano: int, member: str, args: str,
-                 future: asyncio.Future[Reservation | Denied]) -> None:
-        self.plan, self.nano, self.member, self.args, self.future = plan, nano, member, args, future
+# One request waiting for its batch's answer: (plan, nano, member, encoded args, future); a tuple, not an
+# object, since one is made per request.
+_Admission = tuple[Plan, int, str, str, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
 
 
 class Limiter:
@@ -373,17 +368,30 @@ class Limiter:
     # -- admission ----------------------------------------------------------------------
 
     async def admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
+        outcome = self.reserve(plan, tokens, nano, member)
+        if type(outcome) is asyncio.Future:
+            outcome = await outcome
+            if type(outcome) is RedisUnavailable:
+                return self.alone(plan, tokens, nano, member, outcome)
+        return outcome  # type: ignore[return-value]
+
+    def reserve(self, plan: Plan, tokens: int, nano: int,
+                member: str) -> Reservation | Denied | asyncio.Future[Reservation | Denied | RedisUnavailable]:
+        """Take the request's counters: on Redis, a future answered with this loop turn's script call (a
+        `RedisUnavailable` result when Redis failed it: then `alone`); otherwise the answer, counted here."""
         if self.mode == "redis":
             loop = asyncio.get_running_loop()
-            future: asyncio.Future[Reservation | Denied] = loop.create_future()
-            self._admissions.append(_Admission(plan, nano, member, plan.admission(tokens, nano, member), future))
+            future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
+            self._admissions.append((plan, nano, member, plan.admission(tokens, nano, member), future))
             if not self._scheduled:
                 self._scheduled = True
                 loop.call_soon(self._send)
-            try:
-                return await future
-            except RedisUnavailable as exc:
-                self._lost(exc)
+            return future
+        return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
+
+    def alone(self, plan: Plan, tokens: int, nano: int, member: str, failure: RedisUnavailable) -> Reservation | Denied:
+        """Redis failed this request's call: from now on (until the probe finds it back) count here alone."""
+        self._lost(failure)
         return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
 
     def _send(self) -> None:
@@ -399,12 +407,13 @@ class Limiter:
         keys = [k for k, _, _ in settlements]
         count = sum(n for _, n, _ in settlements)
         for a in admissions:
-            keys.append(a.plan.keys)
-            count += a.plan.key_count
+            plan = a[0]
+            keys.append(plan.keys)
+            count += plan.key_count
         spec = "".join(s for _, _, s in settlements).encode()
         command = b"".join((b"*%d\r\n" % (count + 5 + 2 * len(admissions)), self._head, _bulk(b"%d" % count),
                             *keys, self._lease_arg, _bulk(spec),
-                            "".join([a.args for a in admissions]).encode()))
+                            "".join([a[3] for a in admissions]).encode()))
         assert self._redis is not None
         self._in_flight += 1
         self._redis.send(command, lambda reply: self._answered(reply, admissions, settlements, command))
@@ -421,28 +430,28 @@ class Limiter:
         if isinstance(reply, Exception):
             error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
             for a in admissions:
-                if not a.future.done():
-                    a.future.set_exception(error)
+                if not a[4].done():
+                    a[4].set_result(error)  # a result, not raised: the gate then counts alone
             if settlements:  # lost with Redis: leases expire, reservations stay counted (over, never under)
                 log.warning("limits: %d settlements did not reach Redis (%s)", len(settlements), error)
             return
         answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
-        for a, answer in zip(admissions, answers, strict=False):
-            if a.future.done():
+        for (plan, nano, member, _, future), answer in zip(admissions, answers, strict=False):
+            if future.done():
                 continue
             if answer == b"1":
-                a.future.set_result(Reservation(a.plan, a.member, "redis", ()))
+                future.set_result(tuple.__new__(Reservation, (plan, member, "redis", ())))
             elif answer[0] == 49:  # "1,<budget values>"
                 budgets = [int(v) for v in answer[2:].split(b",")]
                 known = self._known_spent
                 if len(known) > 10_000:
                     known.clear()
-                for check, spent in zip(a.plan.budgets, budgets, strict=False):
-                    known[check.key] = spent + a.nano
-                a.future.set_result(Reservation(a.plan, a.member, "redis", budgets))
+                for check, spent in zip(plan.budgets, budgets, strict=False):
+                    known[check.key] = spent + nano
+                future.set_result(tuple.__new__(Reservation, (plan, member, "redis", budgets)))
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")
-                a.future.set_result(Denied(a.plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))
+                future.set_result(Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":
