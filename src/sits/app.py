@@ -276,6 +276,9 @@ class Gateway:
         cluster_routes = ClusterRoutes(self.cluster, admin_guard,
                                        self.tenant_gate.gate.limiter.describe if self.tenant_gate is not None else None)
         self.live_snapshot.replication_lag = self.cluster.replication_lag_s  # sits_replication_lag_seconds
+        if tenants is not None:  # key changes reach the other replicas through the cluster document
+            tenants.follow_cluster(self.cluster.replica)
+            telemetry_routes.tenant_panel = tenants.usage_panel()  # the dashboard's spend and limits panel
         tenant_routes, tenant_prefixes = tenants.routes(admin_guard) if tenants is not None else ({}, {})
         keys_env = config.server.api_keys_env
         self._client_keys = DataPlaneKeys((settings.secrets.get(keys_env, "") if keys_env else "").split(","))
@@ -326,7 +329,7 @@ class Gateway:
 
         # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
         self.grpc = GrpcServer(director, self.admission, self._client_keys, self.handler.request_id_of,
-                               config.server.grpc_port, config.server.max_body_bytes, observer) \
+                               config.server.grpc_port, config.server.max_body_bytes, observer, self.tenant_gate) \
             if config.server.grpc_port is not None else None
         # The endpoint picker (docs/envoy.md): Envoy's ext_proc; the same scheduling, no traffic sent by SITS.
         self.epp: EppServer | None = None

@@ -14,6 +14,7 @@ from sits.control.config import ServerConfig
 from sits.errors import ConfigError
 from sits.runtime.runnable import Runnable
 from sits.settings import Settings
+from sits.state.replication.replica import Replica
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.metrics import GatewayMetrics, NoMetrics
 from sits.tenants.budget import BudgetChecks, PeriodSpend
@@ -21,6 +22,7 @@ from sits.tenants.config import TenantsConfig
 from sits.tenants.directory import LiveKeyDirectory
 from sits.tenants.gate import GateSettings, TenantGate
 from sits.tenants.key_lifecycle import KeyLifecycle
+from sits.tenants.key_notices import KeyNotices
 from sits.tenants.key_secret import key_secret
 from sits.tenants.limiter import Limiter
 from sits.tenants.metrics import TenantMetrics
@@ -30,6 +32,7 @@ from sits.tenants.spend_log import SpendLog
 from sits.tenants.spend_store import SpendStore
 from sits.tenants.store import TenantStore
 from sits.tenants.store_metrics import TenantStoreMetrics
+from sits.tenants.usage_panel import UsagePanel
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 
@@ -47,6 +50,13 @@ class TenantParts:
             self._registry.register(TenantStoreMetrics(self.spend_log, self.directory))
         self._redis: RedisWire | None = None
         self._limiter: Limiter | None = None
+        self.notices: KeyNotices | None = None
+
+    def follow_cluster(self, replica: Replica) -> None:
+        """Key and team changes made here are pushed to the other replicas, and theirs to this one, through
+        the cluster document (tenants/key_notices.py); polling the store stays as the backstop."""
+        self.notices = KeyNotices(replica, self.directory)
+        self.directory.announce = self.notices.announce
 
     def background(self) -> list[Runnable]:
         """Started in this order (migrations, first key load, period totals); stopped in reverse (the last flush)."""
@@ -57,9 +67,10 @@ class TenantParts:
              directory: KeyDirectory | None = None, sink: SpendSink | None = None,
              period_spend: PeriodSpend | None = None) -> HttpTenantGate:
         """The key gate; `directory`, `sink` and `period_spend` replace the store's own (tests, benches)."""
-        if server.grpc_port is not None or server.epp_port is not None:  # they would let unchecked keys in
-            raise ConfigError("tenants.enabled: the gRPC door and the endpoint picker do not check tenant keys; "
-                              "unset server.grpc_port and server.epp_port, or turn tenants off")
+        if server.epp_port is not None:  # Envoy would send traffic SITS never sees end: nothing to settle
+            raise ConfigError("tenants.enabled: the endpoint picker (server.epp_port) cannot enforce tenant keys "
+                              "(it picks endpoints, Envoy carries the traffic; docs/limits-and-budgets.md); unset "
+                              "server.epp_port, or turn tenants off")
         limits = self.config.limits
         self._redis = RedisWire(limits.redis_url, limits.redis_timeout_s) if limits.redis_url else None
         self._limiter = limiter = Limiter(self._redis, members, lease_s=limits.concurrency_lease_s,
@@ -67,11 +78,18 @@ class TenantParts:
         metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
         if self._registry is not None:
             self._registry.register(metrics)
+        prompt_tokens = PromptTokens(tokenizers, table)
         gate = TenantGate(directory or self.directory, sink or self.spend_log, limiter,
                           BudgetChecks(limits.key_prefix, period_spend or self.spend_log.period_spend),
                           table, metrics, GateSettings(self.key_secret, limits.default_output_reservation,
-                                                       limits.key_prefix))
-        return HttpTenantGate(gate, PromptTokens(tokenizers, table), data_plane_paths)
+                                                       limits.key_prefix), prompt_tokens)
+        return HttpTenantGate(gate, prompt_tokens, data_plane_paths)
+
+    def usage_panel(self) -> UsagePanel | None:
+        """The dashboard's spend and limits panel (admin viewers only), once the key gate is built."""
+        if self._limiter is None:
+            return None
+        return UsagePanel(self.directory, self.spend_log.spend_by, self._limiter, self.config.limits.key_prefix)
 
     def routes(self, admin_guard: AdminGuard) -> RouteTables:
         """The tenant admin API and spend reports (api/tenant_routes.py)."""

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import aiohttp
@@ -76,3 +77,65 @@ async def test_dashboard_state_needs_the_admin_key_when_one_is_set(upstream, sta
             assert "<script src=\"/dashboard/dashboard.js\">" in await r.text()
         async with session.get(base_url(gateway) + "/dashboard/../app.py") as r:
             assert r.status == 404
+
+
+def tenants_config(url: str) -> dict:
+    prefix = f"sits:test-panel:{os.getpid()}:{time.monotonic_ns()}:"
+    return {"server": {"drain_timeout_s": 2},
+            "models": [{"name": "m1", "endpoints": [{"url": url}], "price": {"input": 1000.0, "output": 1000.0}}],
+            "tenants": {"enabled": True, "limits": {"redis_url": "redis://127.0.0.1:6379/0", "key_prefix": prefix,
+                                                    "redis_timeout_s": 2.0}}}
+
+
+async def test_the_spend_and_limits_panel_shows_teams_and_keys_to_an_admin_only(upstream, start_gateway):
+    admin = {"Authorization": "Bearer admin-k"}
+    gateway = await start_gateway(tenants_config(upstream.url),
+                                  secrets={"SITS_ADMIN_KEY": "admin-k", "SITS_KEY_SECRET": "panel-secret"})
+    url = base_url(gateway)
+    async with aiohttp.ClientSession() as session:
+        for i in range(12):  # more teams than the panel shows: it keeps the top ten by spend
+            async with session.post(url + "/v1/teams", headers=admin, json={
+                    "team_id": f"team-{i:02d}", "name": f"Team {i}",
+                    "budget": {"period": "monthly", "hard_usd": 1.0, "soft_usd": 0.02}}) as r:
+                assert r.status == 201
+        async with session.post(url + "/v1/keys", headers=admin, json={
+                "name": "search-app", "team_id": "team-11", "limits": {"rpm": 4, "concurrency": 4}}) as r:
+            key = await r.json()
+    client = sdk(gateway, api_key=key["key"])
+    for _ in range(3):  # 9 tokens each at $1000 per million: $0.009 a request
+        await client.chat.completions.create(model="m1", messages=MESSAGES)
+    await asyncio.sleep(0.2)  # the last settlement reaches Redis (within limiter.SETTLE_DELAY_S)
+
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url + "/v1/dashboard/state", headers=admin) as r:
+            panel = (await r.json())["tenants"]
+        async with session.get(url + "/v1/dashboard/state", headers={"Authorization": f"Bearer {key['key']}"}) as r:
+            assert r.status == 401  # a tenant key is no admin: no dashboard, no other team's spend
+    assert panel["limits"]["mode"] == "redis" and panel["team_count"] == 12 and len(panel["teams"]) == 10
+    top = panel["teams"][0]
+    assert top["id"] == "team-11" and top["spent_usd"] == pytest.approx(0.027) and top["hard_usd"] == 1.0
+    assert [k["id"] for k in panel["keys"]] == [key["key_id"]]
+    rpm = panel["keys"][0]["limits"]["rpm"]  # GCRA: 3 taken, given back at 4 a minute since
+    assert rpm["limit"] == 4 and 2.5 < rpm["in_use"] <= 3.0
+    assert panel["keys"][0]["limits"]["concurrency"] == {"limit": 4, "in_use": 0}
+
+    dom = (await chromium("--dump-dom", f"{url}/dashboard#key=admin-k")).decode()
+    assert 'data-loaded="1"' in dom
+    assert '<section id="tenants">' in dom, "the panel stayed hidden for the admin"
+    team_rows = re.findall(r'<tr data-team="([^"]+)">(.*?)</tr>', dom)
+    assert len(team_rows) == 10 and team_rows[0][0] == "team-11"
+    assert "$0.0270" in team_rows[0][1] and 'class="num soft">2.7%<' in team_rows[0][1]
+    key_row = re.search(rf'<tr data-key="{key["key_id"]}">(.*?)</tr>', dom)
+    assert key_row is not None and re.search(r">(2\.\d|3\.0) / 4<", key_row.group(1)) and ">0 / 4<" in key_row.group(1)
+    assert "limits global (Redis)" in dom
+
+
+async def test_the_panel_is_not_served_without_the_admin_key(upstream, start_gateway):
+    """On loopback with no admin key configured the dashboard state is open, but spend stays out of it."""
+    gateway = await start_gateway(tenants_config(upstream.url), secrets={"SITS_KEY_SECRET": "panel-secret"})
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base_url(gateway) + "/v1/dashboard/state") as r:
+            state = await r.json()
+    assert r.status == 200 and "models" in state and "tenants" not in state
+    dom = (await chromium("--dump-dom", base_url(gateway) + "/dashboard")).decode()
+    assert 'data-loaded="1"' in dom and '<section id="tenants" hidden="">' in dom

@@ -18,7 +18,7 @@ from sits.configuration.gateway import parse_config
 from sits.settings import Settings
 from sits.tenants.records import SpendRecord, Usage, hash_key
 from tests.conftest import base_url, one_model_config
-from tests.tenants.databases import database_url_fixture, pg_database_fixture  # noqa: F401  (fixtures)
+from tests.tenants.databases import database_url_fixture, empty_database, pg_database_fixture  # noqa: F401  (fixtures)
 
 ADMIN_KEY = "admin-secret"
 SECRETS = {"SITS_ADMIN_KEY": ADMIN_KEY, "SITS_KEY_SECRET": "tenant-hash-secret"}
@@ -289,3 +289,39 @@ async def test_a_revocation_on_one_replica_reaches_another_within_its_refresh(up
             exposition = await response.text()
     assert f"sits_key_directory_version {float(second.tenants.directory.version)}" in exposition
     assert "sits_spend_log_rows_queued 0.0" in exposition
+
+
+async def test_a_revocation_is_pushed_to_another_replica_long_before_its_refresh(upstream, start_gateway, tmp_path,
+                                                                                pg_database):
+    """Two replicas on one PostgreSQL database and one cluster transport (Redis), polling the store only every
+    five minutes: a key created, then revoked, through one works, then stops working, on the other within
+    the replication bound, so the cluster document's notice is what made it happen, not polling."""
+    await empty_database(pg_database)
+    namespace = f"sits:test-keys:{os.getpid()}:{time.monotonic_ns()}"
+    config = {**tenant_config(upstream.url, database_url=pg_database, refresh_s=300.0),
+              "cluster": {"redis_url": "redis://127.0.0.1:6379/0", "namespace": namespace, "anti_entropy_s": 60.0,
+                          "heartbeat_s": 0.2}}
+    first = await start_gateway({**config, "cluster": {**config["cluster"], "replica_id": "first"}}, secrets=SECRETS,
+                                data_dir=tmp_path / "first")
+    second = await start_gateway({**config, "cluster": {**config["cluster"], "replica_id": "second"}},
+                                 secrets=SECRETS, data_dir=tmp_path / "second")
+    assert first.tenants.notices is not None and second.tenants.notices is not None
+    await call(first, "POST", "/v1/teams", {"team_id": "pushed", "name": "Pushed"})
+    key = (await call(first, "POST", "/v1/keys", {"name": "app", "team_id": "pushed"}))[1]
+
+    async def second_says(status: int, within_s: float) -> tuple[int, float]:
+        started = time.monotonic()
+        while True:
+            seen = (await call(second, "GET", "/v1/spend", headers=bearer(key["key"])))[0]
+            if seen == status or time.monotonic() - started > within_s:
+                return seen, time.monotonic() - started
+            await asyncio.sleep(0.02)
+
+    seen, _ = await second_says(200, 10.0)  # created through the first: known to the second without a poll
+    assert seen == 200
+    received = second.tenants.notices.received
+    await call(first, "POST", f"/v1/keys/{key['key_id']}/revoke")
+    seen, took = await second_says(401, 10.0)
+    assert seen == 401 and took < 10.0  # refresh_s is 300: only the pushed notice can explain it
+    assert second.tenants.notices.received > received
+    assert second.tenants.directory.version == first.tenants.directory.version

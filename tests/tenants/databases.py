@@ -21,7 +21,7 @@ async def _admin(sql: str) -> None:
         await connection.close()
 
 
-async def _empty(url: str) -> None:
+async def empty_database(url: str) -> None:
     connection = await asyncpg.connect(url)
     try:
         await connection.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
@@ -43,5 +43,5 @@ def database_url_fixture(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'tenants.sqlite3'}"
     url = request.getfixturevalue("pg_database")
-    asyncio.run(_empty(url))
+    asyncio.run(empty_database(url))
     return url

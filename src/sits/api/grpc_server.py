@@ -16,6 +16,7 @@ from sits.api.grpc import chat_pb2_grpc
 from sits.api.grpc.chat_service import ChatCompletionsService
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import RequestObserver
+from sits.api.tenant_gate import HttpTenantGate
 from sits.errors import ConfigError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.director import Director
@@ -26,9 +27,11 @@ log = logging.getLogger("sits")
 class GrpcServer:
     def __init__(self, director: Director, admission: Admission | None, keys: DataPlaneKeys,
                  request_id_of: Callable[[HttpRequest], str], port: int, max_message_bytes: int,
-                 observer: RequestObserver | None = None) -> None:
-        """`request_id_of` and `observer` are the HTTP door's (shared ids, metrics, spans, logs)."""
-        self._service = ChatCompletionsService(director, admission, keys, request_id_of, max_message_bytes, observer)
+                 observer: RequestObserver | None = None, tenants: HttpTenantGate | None = None) -> None:
+        """`request_id_of` and `observer` are the HTTP door's (shared ids, metrics, spans, logs); `tenants`
+        its key gate (tenants on: every call presents a tenant key in its `authorization` metadata)."""
+        self._service = ChatCompletionsService(director, admission, keys, request_id_of, max_message_bytes, observer,
+                                               tenants)
         self._port = port
         self._max_message_bytes = max_message_bytes
         self._server: grpc.aio.Server | None = None

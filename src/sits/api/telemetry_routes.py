@@ -2,13 +2,14 @@
 
 The dashboard is three bundled files (no CDN) that poll `/v1/dashboard/state`; the page carries
 no data itself, so only the state endpoint needs the admin key (sent from the URL fragment
-`#key=...`, which browsers never send to the server or to referrers).
+`#key=...`, which browsers never send to the server or to referrers). With tenants on, the state
+carries the spend and limits panel (`tenants`) only for a caller that presents the admin key.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -53,6 +54,8 @@ class TelemetryRoutes:
         self._guard = guard
         self._registry_version = registry_version
         self._share = share  # with --workers N: every worker's figures in one answer
+        # Tenants on: spend against budgets and limits in use per team and key (admin viewers only).
+        self.tenant_panel: Callable[[], Awaitable[dict[str, Any]]] | None = None
         if share is not None:
             if metrics.enabled:
                 share.add(worker_metrics.KIND, lambda: worker_metrics.families_of(metrics.registry))
@@ -103,6 +106,8 @@ class TelemetryRoutes:
         payload = self._local_state()
         if self._share is not None:
             payload = merge_dashboards(self._share.gather(worker_dashboard.KIND, payload), self._share.worker)
+        if self.tenant_panel is not None and self._guard.is_admin(request):  # spend is for admins only
+            payload["tenants"] = await self.tenant_panel()
         return HttpResponse(200, orjson.dumps(payload), headers=[(b"cache-control", b"no-store")])
 
     def _local_state(self) -> dict[str, Any]:

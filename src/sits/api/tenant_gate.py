@@ -1,15 +1,15 @@
-"""The key gate at the HTTP edge (docs/limits-and-budgets.md): the dispatcher's `before` hook
-authenticates the bearer key, `admit` (awaited once in the OpenAI routes, the model known) checks the
-model, the limits and the budget, and the request's `Observation` settles the ticket when it ends.
+"""The key gate at the doors (docs/limits-and-budgets.md): the dispatcher's `before` hook (on gRPC,
+`authenticate_call` with the call's metadata) authenticates the bearer key, `admit` (awaited once in
+the OpenAI routes and the gRPC service, the model known) checks the model, the limits and the budget,
+and the request's `Observation` settles the ticket when it ends.
 
-The key found by the hook travels to `admit` and to admission (the key's priority class) in a context
-variable of the request's task, so the keyed hash is computed once per request.
+The key found by the hook travels to `admit` and to admission (the key's priority class) without a
+second lookup, so the keyed hash is computed once per request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from sits.api.auth import bearer_token
@@ -28,20 +28,6 @@ USER_HEADER = "x-sits-user"
 WARNING_HEADER = b"x-sits-budget-warning"
 
 
-class _Caller:
-    """The request being served and the key it presented (one per data-plane request)."""
-
-    __slots__ = ("request", "key", "warning")
-
-    def __init__(self, request: HttpRequest, key: KeyRecord) -> None:
-        self.request = request
-        self.key = key
-        self.warning: str | None = None
-
-
-_caller: ContextVar[_Caller | None] = ContextVar("sits_tenant_caller", default=None)
-
-
 class PromptTokens:
     """Prompt tokens for a reservation: the model's tokenizer when one is loaded, else chars / 4."""
 
@@ -49,63 +35,98 @@ class PromptTokens:
         self._tokenizers = tokenizers
         self._table = table
 
-    def counter(self, model: str, text: str) -> Callable[[], int]:
-        def count() -> int:
-            if self._tokenizers is not None and self._tokenizers.bridge.maps:
-                entry = self._table().resolve(model)
-                counter = self._tokenizers.counter_for(entry.name, entry.tokenizer_family) if entry else None
-                if counter is not None:
-                    return counter.count(text)
-            return len(text) // 4 + 1
-        return count
+    def __call__(self, model: str, text: str) -> int:
+        if self._tokenizers is not None and self._tokenizers.bridge.maps:
+            entry = self._table().resolve(model)
+            counter = self._tokenizers.counter_for(entry.name, entry.tokenizer_family) if entry else None
+            if counter is not None:
+                return counter.count(text)
+        return len(text) // 4 + 1
 
 
 class HttpTenantGate:
+    """The hook, `key_class` and `admit` run one after another with no await between them (the request's
+    body is parsed in between), so the key the hook found is simply kept here with its request: a
+    request that does not find itself here (another door's, or after an await) is authenticated again."""
+
     def __init__(self, gate: TenantGate, prompt_tokens: PromptTokens, paths: Collection[str]) -> None:
         self.gate = gate
         self._prompt_tokens = prompt_tokens
         self._paths = paths
+        self._request: HttpRequest | None = None  # the request the hook last authenticated, and its key
+        self._key: KeyRecord | None = None
+        self._warnings: dict[int, str] = {}  # id(request) -> soft-budget warning, until its answer takes it
 
     def before(self, request: HttpRequest, path: str) -> None:
         """The dispatcher's hook: 401 for a data-plane request without a usable key."""
         if path in self._paths:
-            _caller.set(_Caller(request, self.gate.authenticate(bearer_token(request))))
+            self._key = self.gate.authenticate(_bearer(request))
+            self._request = request
+
+    def authenticate_call(self, request: HttpRequest) -> None:
+        """For a door without the dispatcher's hook (gRPC, its metadata as `request`): 401 without a
+        usable key; the key then feeds the admission class and `admit`, as on HTTP."""
+        self._key = self.gate.authenticate(_bearer(request))
+        self._request = request
+
+    def warning(self, request: HttpRequest) -> str | None:
+        """The soft-budget warning of the request's ticket, once admitted (taken: asked once per request)."""
+        return self._warnings.pop(id(request), None) if self._warnings else None
 
     def key_class(self, request: HttpRequest) -> int | None:
         """The admission class of the request's key, when the key names one."""
-        caller = _caller.get()
-        if caller is None or caller.request is not request or caller.key.priority is None:
+        key = self._key
+        if self._request is not request or key is None or key.priority is None:
             return None
-        cls = priority_from(caller.key.priority)
+        cls = priority_from(key.priority)
         return int(cls) if cls is not None else None
 
     async def admit(self, seen: Observation, request: HttpRequest, model: str, body: Mapping[str, Any],
                     prompt_text: str) -> None:
         """Check the model, the limits and the budget; the ticket rides on `seen` until it finishes."""
-        caller = _caller.get()
+        gate = self.gate
         try:
-            if caller is None or caller.request is not request:  # a door that skipped the hook
-                caller = _Caller(request, self.gate.authenticate(bearer_token(request)))
+            key = self._key if self._request is request else None
+            if key is None:  # a door that skipped the hook
+                key = gate.authenticate(bearer_token(request))
             user = body.get("user")
             if not isinstance(user, str):
                 user = request.headers.get(USER_HEADER)
-            max_tokens = max_tokens_of(body)
-            ticket = await self.gate.admit(caller.key, model, user, seen.request_id,
-                                           self._prompt_tokens.counter(model, prompt_text), max_tokens or None)
+            ticket = gate.begin(key, model, user, seen.request_id, prompt_text, max_tokens_of(body) or None)
+            if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
+                ticket = gate.end(ticket, await ticket.pending)
         except SitsError as exc:
             seen.failed(exc, prompt_text)
             raise
         seen.tenant = ticket
-        caller.warning = ticket.warning
+        if ticket.warning is not None:
+            if len(self._warnings) > 10_000:  # answers that never came to take theirs
+                self._warnings.clear()
+            self._warnings[id(request)] = ticket.warning
         if seen.trace.recording:  # the key's public id and team on the request's span, never the key
             seen.trace.root.set_attributes(ticket.span_attributes())
 
     def wrap(self, route: Route) -> Route:
-        """`route` with the soft-budget warning header on its answer."""
-        async def gated(request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
+        """`route` with the soft-budget warning header on its answer. Only a key or team with a soft
+        budget can earn one: other requests get the route's own coroutine, no wrapper around it."""
+        def gated(request: HttpRequest, request_id: str) -> Awaitable[HttpResponse | StreamingResponse]:
+            key = self._key
+            if self._request is request and key is not None and not self.gate.may_warn(key):
+                return route(request, request_id)
+            return warned(request, request_id)
+
+        async def warned(request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
             response = await route(request, request_id)
-            caller = _caller.get()
-            if caller is not None and caller.request is request and caller.warning is not None:
-                response.headers.append((WARNING_HEADER, caller.warning.encode("latin-1", "replace")))
+            warning = self.warning(request)
+            if warning is not None:
+                response.headers.append((WARNING_HEADER, warning.encode("latin-1", "replace")))
             return response
         return gated
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    """`bearer_token`, with the usual form (`Bearer <token>`, nothing to strip) read in one step."""
+    value = request.headers.get("authorization")
+    if value is not None and value.startswith("Bearer ") and len(value) > 7 and value[7] > " " and value[-1] > " ":
+        return value[7:]
+    return bearer_token(request)

@@ -2,9 +2,11 @@
 
 Lookups are one dict read (`by_hash`); nothing touches the database on a request. A background task
 reads the store's version every `refresh_s` and, only when it moved, loads a snapshot and swaps both
-dicts whole (readers see the old or the new, never a mix). The bound this gives: a key revoked or changed
-through any replica stops working (or changes) on every replica within `refresh_s` plus one snapshot
-load after the change commits; on the replica that made the change, before its answer (`catch_up`). Time-based ends
+dicts whole (readers see the old or the new, never a mix). A change made through this replica is
+announced to the others through the cluster document (`announce`, tenants/key_notices.py), which poke
+their directories: a key revoked or changed through any replica stops working (or changes) on every
+replica within the replication bound plus one snapshot load, and polling bounds it by `refresh_s` when
+a notice is lost; on the replica that made the change, before its answer (`catch_up`). Time-based ends
 (`expires_at`, a rotated secret's `valid_until`) are exact: the gate checks `KeyRecord.usable_at(now)`.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from sits.runtime.tasks import cancel_and_wait
 from sits.tenants.records import KeyRecord, TeamRecord
@@ -34,12 +37,21 @@ class LiveKeyDirectory:
         self._poked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        # Set when replicas share a cluster transport (tenants/key_notices.py): a change made here is announced.
+        self.announce: Callable[[int], None] | None = None
 
     def by_hash(self, key_hash: bytes) -> KeyRecord | None:
         return self._by_hash.get(key_hash)
 
     def team(self, team_id: str) -> TeamRecord | None:
         return self._teams.get(team_id)
+
+    def keys(self) -> list[KeyRecord]:
+        """Every key record (one per secret: a key in a rotation overlap appears more than once)."""
+        return list(self._by_hash.values())
+
+    def teams(self) -> list[TeamRecord]:
+        return list(self._teams.values())
 
     def __len__(self) -> int:
         return len(self._by_hash)
@@ -66,6 +78,8 @@ class LiveKeyDirectory:
         except Exception:
             log.exception("key directory refresh failed; retrying in the background")
             self.poke()
+        if self.announce is not None:  # the other replicas reload now, not at their next poll
+            self.announce(self.version)
 
     async def start(self) -> None:
         await self.refresh()  # the first request already sees every key

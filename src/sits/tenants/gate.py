@@ -10,6 +10,7 @@ in a log, a span or a metric: its public `key_id` and its team.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import math
@@ -23,6 +24,7 @@ from sits.errors import Forbidden, RateLimited, Unauthorized
 from sits.state.routing_table import RoutingTable
 from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
 from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Plan, Reservation
+from sits.tenants.redis_wire import RedisUnavailable
 from sits.tenants.metrics import TenantMetrics
 from sits.tenants.pricing import FREE_SOURCES, PriceBook, usage_from
 from sits.tenants.records import (
@@ -59,17 +61,19 @@ class Ticket:
     """One admitted request: what it reserved, settled once by `finish`."""
 
     __slots__ = ("_gate", "key", "team", "user", "model", "request_id", "reservation", "prompt_tokens",
-                 "output_tokens", "reserved_nano", "warning", "table", "_done")
+                 "output_tokens", "reserved_nano", "warning", "table", "pending", "shape", "_done")
 
     def __init__(self, gate: TenantGate, key: KeyRecord, team: TeamRecord | None, user: str | None, model: str,
-                 request_id: str, reservation: Reservation | None, prompt_tokens: int, output_tokens: int,
-                 reserved_nano: int, warning: str | None) -> None:
+                 request_id: str, table: RoutingTable, shape: _Shape) -> None:
         self._gate = gate
         self.key, self.team, self.user, self.model, self.request_id = key, team, user, model, request_id
-        self.reservation = reservation
-        self.prompt_tokens, self.output_tokens, self.reserved_nano = prompt_tokens, output_tokens, reserved_nano
-        self.warning = warning  # soft budget passed: said in the x-sits-budget-warning header
-        self.table: RoutingTable | None = None  # the table the request started with (its prices)
+        self.table = table  # the table the request started with (its prices)
+        self.shape = shape
+        self.reservation: Reservation | None = None
+        self.prompt_tokens = self.output_tokens = self.reserved_nano = 0
+        self.warning: str | None = None  # soft budget passed: said in the x-sits-budget-warning header
+        # While its counters are being asked: what `TenantGate.end` takes (Redis's answer, or its failure).
+        self.pending: asyncio.Future[Reservation | Denied] | None = None
         self._done = False
 
     def finish(self, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes = b"",
@@ -79,7 +83,30 @@ class Ticket:
         if self._done:
             return
         self._done = True
-        self._gate.finish(self, model, endpoint, status, seconds, raw_usage, counts)
+        gate = self._gate
+        table = self.table
+        free = endpoint in FREE_SOURCES
+        usage = usage_from(raw_usage, counts) if raw_usage else None
+        if usage is None and counts is not None:
+            usage = Usage(counts[0], 0, counts[1], 0)
+        if usage is None:
+            if endpoint == "none" or free:
+                usage = _NO_USAGE  # no model ran
+            else:  # a model answered but said nothing of its usage: count it at the reservation (upper bound)
+                usage = Usage(self.prompt_tokens, 0, self.output_tokens, 0)
+        cost = 0.0 if free else gate._prices.cost(table, endpoint, usage)
+        if self.reservation is not None:
+            gate.limiter.settle(self.reservation, usage.input_tokens + usage.output_tokens - self.prompt_tokens
+                                - self.output_tokens, round(cost * NANO) - self.reserved_nano)
+        gate.metrics.used(self.key.team_id, model, table, usage, cost)
+        requested = self.model
+        requested = table.aliases.get(requested, requested)
+        key = self.key
+        # Positional, in field order: keywords cost a frozen record's constructor a good deal more per request.
+        gate._sink.record(SpendRecord(
+            self.request_id, gate._wall(), key.key_id, key.team_id, self.user, model, endpoint, usage, cost,
+            seconds * 1000.0, status, free,
+            requested != model and requested != AUTO and requested in table.models and not free))
 
     def span_attributes(self) -> dict[str, str]:
         return {"sits.key_id": self.key.key_id, "sits.team": self.key.team_id}
@@ -101,8 +128,11 @@ class _Shape(NamedTuple):
 class TenantGate:
     def __init__(self, directory: KeyDirectory, sink: SpendSink, limiter: Limiter, budgets: BudgetChecks,
                  table: Callable[[], RoutingTable], metrics: TenantMetrics, settings: GateSettings,
+                 prompt_tokens: Callable[[str, str], int] = lambda model, text: len(text) // 4 + 1,
                  wall: Callable[[], float] = time.time) -> None:
+        """`prompt_tokens(model, text)`: the prompt's tokens for a reservation (the tokenizer when loaded)."""
         self._directory = directory
+        self._prompt_tokens = prompt_tokens
         self._sink = sink
         self.limiter = limiter
         self._budgets = budgets
@@ -111,6 +141,7 @@ class TenantGate:
         self._settings = settings
         self._wall = wall
         self._prices = PriceBook()
+        self._admitted = metrics.requests.values  # counted in place: a Tally.inc call less per request
         self._members = itertools.count(1)
         self._member_prefix = os.urandom(6).hex() + "-"  # lease ids unique across replicas and restarts
         self._shapes: dict[tuple[int, int, str], _Shape] = {}
@@ -142,6 +173,8 @@ class TenantGate:
         if key is None:
             self.metrics.requests.inc(("none", "none", "unauthorized"))
             raise Unauthorized("invalid API key")
+        if key.revoked_at is None and key.expires_at is None and key.valid_until is None:
+            return key  # no end of any kind: usable (the common case, without a call)
         now = self._wall()
         if not key.usable_at(now):
             self.metrics.requests.inc((self.metrics.team(key.team_id), "none", "unauthorized"))
@@ -162,9 +195,19 @@ class TenantGate:
 
     # -- admission -------------------------------------------------------------------------
 
-    async def admit(self, key: KeyRecord, model: str, user: str | None, request_id: str,
-                    prompt_tokens: Callable[[], int], max_tokens: int | None) -> Ticket:
+    async def admit(self, key: KeyRecord, model: str, user: str | None, request_id: str, prompt_text: str,
+                    max_tokens: int | None) -> Ticket:
         """A ticket, or 403 / 429 (a refused request is logged in the spend log too, at no cost)."""
+        ticket = self.begin(key, model, user, request_id, prompt_text, max_tokens)
+        if ticket.pending is not None:
+            ticket = self.end(ticket, await ticket.pending)
+        return ticket
+
+    def begin(self, key: KeyRecord, model: str, user: str | None, request_id: str, prompt_text: str,
+              max_tokens: int | None) -> Ticket:
+        """The first half of `admit`, with no await: a ticket that is admitted already (nothing to count,
+        or counted here alone), or one whose `pending` future the caller awaits and hands to `end` (the
+        request's part of this loop turn's Redis call). 403 when the key may not use the model."""
         if user is not None and len(user) > _MAX_USER_CHARS:
             user = user[:_MAX_USER_CHARS]
         table = self._table()
@@ -175,42 +218,61 @@ class TenantGate:
                 self._refused(key, model, user, request_id, Forbidden.http_status)
                 raise
         team = self._directory.team(key.team_id)
-        now = self._wall()
         shape = self._shapes.get((id(key), id(team), model))
         if shape is None or shape.key is not key or shape.team is not team or shape.table is not table \
-                or now >= shape.until:
-            shape = self._shape(key, team, model, table, now)
+                or self._wall() >= shape.until:
+            shape = self._shape(key, team, model, table, self._wall())
+        ticket = Ticket(self, key, team, user, model, request_id, table, shape)
         plan = shape.plan
-        team_label = shape.team_label
         if plan is None:  # nothing to count: no Redis round trip at all
-            self.metrics.requests.inc(shape.admitted)
-            ticket = Ticket(self, key, team, user, model, request_id, None, 0, 0, 0, None)
-            ticket.table = table
+            counts = self._admitted
+            counts[shape.admitted] = counts.get(shape.admitted, 0.0) + 1.0
             return ticket
-        prompt = prompt_tokens() if plan.tokens or plan.budgets else 0
+        prompt = self._prompt_tokens(model, prompt_text) if plan.tokens or plan.budgets else 0
         output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
         price = shape.price
         reserve_nano = math.ceil((prompt * price.input + output * price.output) * _NANO_PER_MILLION) \
             if plan.budgets and price is not None else 0
-        outcome = await self.limiter.admit(plan, prompt + output, reserve_nano, f"{self._member_prefix}{next(self._members)}")
-        if self.limiter.mode != "redis":
-            self.metrics.local_admissions.inc((self.limiter.mode,))
+        ticket.prompt_tokens, ticket.output_tokens, ticket.reserved_nano = prompt, output, reserve_nano
+        outcome = self.limiter.reserve(plan, prompt + output, reserve_nano, f"{self._member_prefix}{next(self._members)}")
+        if type(outcome) is asyncio.Future:
+            ticket.pending = outcome
+            return ticket
+        return self.end(ticket, outcome)  # type: ignore[arg-type]
+
+    def end(self, ticket: Ticket, outcome: Reservation | Denied | RedisUnavailable) -> Ticket:
+        """The second half of `admit`: what the limiter answered (Redis's failure: counted here alone)."""
+        ticket.pending = None
+        shape = ticket.shape
+        limiter = self.limiter
+        if type(outcome) is RedisUnavailable:
+            outcome = limiter.alone(shape.plan, ticket.prompt_tokens + ticket.output_tokens,  # type: ignore[arg-type]
+                                    ticket.reserved_nano, f"{self._member_prefix}{next(self._members)}", outcome)
+        if limiter.mode != "redis":
+            self.metrics.local_admissions.inc((limiter.mode,))
         if type(outcome) is Denied:
             kind = KIND_NAMES[outcome.check.kind]
-            self.metrics.requests.inc((team_label, shape.admitted[1], kind))
-            self._refused(key, model, user, request_id, RateLimited.http_status)
-            raise _refusal(outcome, kind, key, now)
-        self.metrics.requests.inc(shape.admitted)
-        warning = None
+            key = ticket.key
+            self.metrics.requests.inc((shape.team_label, shape.admitted[1], kind))
+            self._refused(key, ticket.model, ticket.user, ticket.request_id, RateLimited.http_status)
+            raise _refusal(outcome, kind, key, self._wall())
+        counts = self._admitted
+        counts[shape.admitted] = counts.get(shape.admitted, 0.0) + 1.0
+        ticket.reservation = outcome  # type: ignore[assignment]
         if shape.soft:  # some budget has a soft limit: is it passed?
-            for spent, threshold in zip(outcome.budget_spent, shape.soft, strict=False):
+            for spent, threshold in zip(outcome.budget_spent, shape.soft, strict=False):  # type: ignore[union-attr]
                 if spent >= threshold:
-                    warning = self._soft_warning(outcome, shape.budgets, key, team_label)
+                    ticket.warning = self._soft_warning(outcome, shape.budgets, ticket.key,  # type: ignore[arg-type]
+                                                        shape.team_label)
                     break
-        ticket = Ticket(self, key, team, user, model, request_id, outcome, prompt, output, reserve_nano,  # type: ignore[arg-type]
-                        warning)
-        ticket.table = table
         return ticket
+
+    def may_warn(self, key: KeyRecord) -> bool:
+        """Whether a request of `key` can pass a soft budget (its own or its team's has one)."""
+        if key.budget is not None and key.budget.soft_usd is not None:
+            return True
+        team = self._directory.team(key.team_id)
+        return team is not None and team.budget is not None and team.budget.soft_usd is not None
 
     def _shape(self, key: KeyRecord, team: TeamRecord | None, model: str, table: RoutingTable,
                now: float) -> _Shape:
@@ -266,30 +328,8 @@ class TenantGate:
 
     def finish(self, ticket: Ticket, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes,
                counts: tuple[int, int] | None) -> None:
-        table = ticket.table or self._table()
-        free = endpoint in FREE_SOURCES
-        usage = usage_from(raw_usage, counts) if raw_usage else None
-        if usage is None and counts is not None:
-            usage = Usage(counts[0], 0, counts[1], 0)
-        if usage is None:
-            if endpoint == "none" or free:
-                usage = _NO_USAGE  # no model ran
-            else:  # a model answered but said nothing of its usage: count it at the reservation (upper bound)
-                usage = Usage(ticket.prompt_tokens, 0, ticket.output_tokens, 0)
-        cost = 0.0 if free else self._prices.cost(table, endpoint, usage)
-        if ticket.reservation is not None:
-            tokens = usage.input_tokens + usage.output_tokens
-            self.limiter.settle(ticket.reservation, tokens - ticket.prompt_tokens - ticket.output_tokens,
-                                round(cost * NANO) - ticket.reserved_nano)
-        self.metrics.used(ticket.key.team_id, model, table, usage, cost)
-        requested = ticket.model
-        requested = table.aliases.get(requested, requested)
-        key = ticket.key
-        # Positional, in field order: keywords cost a frozen record's constructor a good deal more per request.
-        self._sink.record(SpendRecord(
-            ticket.request_id, self._wall(), key.key_id, key.team_id, ticket.user, model, endpoint, usage, cost,
-            seconds * 1000.0, status, free,
-            requested != model and requested != AUTO and requested in table.models and not free))
+        """Settle `ticket` (once): `Ticket.finish`, which the request's observation calls."""
+        ticket.finish(model, endpoint, status, seconds, raw_usage, counts)
 
     def _refused(self, key: KeyRecord, model: str, user: str | None, request_id: str, status: int) -> None:
         self._sink.record(SpendRecord(request_id=request_id, at=self._wall(), key_id=key.key_id, team_id=key.team_id,

@@ -123,6 +123,30 @@ return table.concat(answers, '|')
 """
 BATCH = Script(BATCH_LUA)
 
+# What counters hold now, for the dashboard (never on the request path). KEYS: the counters; ARGV[1]: their
+# kinds (one letter each), ARGV[2..]: their limits. Answers one string per counter: a rate's units in use
+# over the sliding minute (GCRA: how far its arrival time runs ahead of now, in units), a concurrency's
+# leases alive, a budget's nano-USD (empty when Redis holds no such counter).
+USAGE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i, key in ipairs(KEYS) do
+  local kind = string.sub(ARGV[1], i, i)
+  if kind == 'c' then
+    out[i] = tostring(redis.call('ZCOUNT', key, now, '+inf'))
+  elseif kind == 'b' then
+    out[i] = redis.call('GET', key) or ''
+  else
+    local tat = tonumber(redis.call('GET', key) or '0')
+    local used = 0
+    if tat > now then used = (tat - now) * tonumber(ARGV[i + 1]) / 60000 end
+    out[i] = string.format('%.2f', used)
+  end
+end
+return out
+"""
+
 
 class Check(NamedTuple):
     """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
@@ -176,6 +200,16 @@ class Plan:
     def settlement(self, tokens_delta: int, nano_delta: int, member: str) -> tuple[bytes, int, str]:
         """(encoded keys, how many, their settlements) for one request, to send in a batch."""
         return self._settle_keys, self._settle_count, self._settle_spec.format(t=tokens_delta, b=nano_delta, m=member)
+
+
+def _encode_eval(source: str, checks: Sequence[Check]) -> bytes:
+    kinds = "".join(c.kind for c in checks).encode()
+    parts = [b"*%d\r\n" % (4 + len(checks) + len(checks)), _bulk(b"EVAL"), _bulk(source.encode()),
+             _bulk(b"%d" % len(checks))]
+    parts += [_bulk(c.key.encode()) for c in checks]
+    parts.append(_bulk(kinds))
+    parts += [_bulk(_number(c.limit).encode()) for c in checks]
+    return b"".join(parts)
 
 
 class Denied(NamedTuple):
@@ -266,6 +300,17 @@ class LocalCounters:
     def spent(self, key: str) -> int | None:
         return self._spent.get(key)
 
+    def usage(self, check: Check, share: float) -> float | None:
+        """What `check`'s counter holds here now (as `Limiter.usage`): units in use, leases or nano-USD."""
+        now = self._wall_ms()
+        if check.kind == RATE or check.kind == TOKENS:
+            tat = self._tat.get(check.key, 0.0)
+            return max(0.0, tat - now) * check.limit * share / WINDOW_MS
+        if check.kind == CONCURRENCY:
+            return float(sum(1 for until in self._leases.get(check.key, {}).values() if until > now))
+        spent = self._spent.get(check.key)
+        return None if spent is None else float(spent)
+
     def take_budget_spend(self) -> list[tuple[bytes, int, str]]:
         """Back on Redis: what this replica spent alone, as settlements for the shared counters (which
         then hold the truth again); the local budget counters start over at the next loss."""
@@ -284,14 +329,9 @@ class LocalCounters:
             del self._tat[key]
 
 
-class _Admission:
-    """One request waiting for its batch's answer."""
-
-    __slots__ = ("plan", "nano", "member", "args", "future")
-
-    def __init__(self, plan: Plan, nano: int, member: str, args: str,
-                 future: asyncio.Future[Reservation | Denied]) -> None:
-        self.plan, self.nano, self.member, self.args, self.future = plan, nano, member, args, future
+# One request waiting for its batch's answer: (plan, nano, member, encoded args, future); a tuple, not an
+# object, since one is made per request.
+_Admission = tuple[Plan, int, str, str, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
 
 
 class Limiter:
@@ -328,17 +368,30 @@ class Limiter:
     # -- admission ----------------------------------------------------------------------
 
     async def admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
+        outcome = self.reserve(plan, tokens, nano, member)
+        if type(outcome) is asyncio.Future:
+            outcome = await outcome
+            if type(outcome) is RedisUnavailable:
+                return self.alone(plan, tokens, nano, member, outcome)
+        return outcome  # type: ignore[return-value]
+
+    def reserve(self, plan: Plan, tokens: int, nano: int,
+                member: str) -> Reservation | Denied | asyncio.Future[Reservation | Denied | RedisUnavailable]:
+        """Take the request's counters: on Redis, a future answered with this loop turn's script call (a
+        `RedisUnavailable` result when Redis failed it: then `alone`); otherwise the answer, counted here."""
         if self.mode == "redis":
             loop = asyncio.get_running_loop()
-            future: asyncio.Future[Reservation | Denied] = loop.create_future()
-            self._admissions.append(_Admission(plan, nano, member, plan.admission(tokens, nano, member), future))
+            future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
+            self._admissions.append((plan, nano, member, plan.admission(tokens, nano, member), future))
             if not self._scheduled:
                 self._scheduled = True
                 loop.call_soon(self._send)
-            try:
-                return await future
-            except RedisUnavailable as exc:
-                self._lost(exc)
+            return future
+        return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
+
+    def alone(self, plan: Plan, tokens: int, nano: int, member: str, failure: RedisUnavailable) -> Reservation | Denied:
+        """Redis failed this request's call: from now on (until the probe finds it back) count here alone."""
+        self._lost(failure)
         return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
 
     def _send(self) -> None:
@@ -354,12 +407,13 @@ class Limiter:
         keys = [k for k, _, _ in settlements]
         count = sum(n for _, n, _ in settlements)
         for a in admissions:
-            keys.append(a.plan.keys)
-            count += a.plan.key_count
+            plan = a[0]
+            keys.append(plan.keys)
+            count += plan.key_count
         spec = "".join(s for _, _, s in settlements).encode()
         command = b"".join((b"*%d\r\n" % (count + 5 + 2 * len(admissions)), self._head, _bulk(b"%d" % count),
                             *keys, self._lease_arg, _bulk(spec),
-                            "".join([a.args for a in admissions]).encode()))
+                            "".join([a[3] for a in admissions]).encode()))
         assert self._redis is not None
         self._in_flight += 1
         self._redis.send(command, lambda reply: self._answered(reply, admissions, settlements, command))
@@ -376,28 +430,28 @@ class Limiter:
         if isinstance(reply, Exception):
             error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
             for a in admissions:
-                if not a.future.done():
-                    a.future.set_exception(error)
+                if not a[4].done():
+                    a[4].set_result(error)  # a result, not raised: the gate then counts alone
             if settlements:  # lost with Redis: leases expire, reservations stay counted (over, never under)
                 log.warning("limits: %d settlements did not reach Redis (%s)", len(settlements), error)
             return
         answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
-        for a, answer in zip(admissions, answers, strict=False):
-            if a.future.done():
+        for (plan, nano, member, _, future), answer in zip(admissions, answers, strict=False):
+            if future.done():
                 continue
             if answer == b"1":
-                a.future.set_result(Reservation(a.plan, a.member, "redis", ()))
+                future.set_result(tuple.__new__(Reservation, (plan, member, "redis", ())))
             elif answer[0] == 49:  # "1,<budget values>"
                 budgets = [int(v) for v in answer[2:].split(b",")]
                 known = self._known_spent
                 if len(known) > 10_000:
                     known.clear()
-                for check, spent in zip(a.plan.budgets, budgets, strict=False):
-                    known[check.key] = spent + a.nano
-                a.future.set_result(Reservation(a.plan, a.member, "redis", budgets))
+                for check, spent in zip(plan.budgets, budgets, strict=False):
+                    known[check.key] = spent + nano
+                future.set_result(tuple.__new__(Reservation, (plan, member, "redis", budgets)))
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")
-                a.future.set_result(Denied(a.plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))
+                future.set_result(Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":
@@ -463,6 +517,25 @@ class Limiter:
                 await asyncio.wait_for(self._idle.wait(), 2.0)
             except (TimeoutError, asyncio.TimeoutError):
                 pass
+
+    async def usage(self, checks: Sequence[Check]) -> list[float | None]:
+        """What each counter holds now, where limits are counted (Redis, or this replica's share): a rate's
+        units in use over the sliding minute, a concurrency's requests in flight, a budget's nano-USD (None:
+        not counted yet). For the dashboard, once a poll: one script call for all of them."""
+        if not checks:
+            return []
+        if self.mode == "redis" and self._redis is not None:
+            command = _encode_eval(USAGE_LUA, checks)
+            try:
+                reply = await self._redis.call(command)
+            except (RedisUnavailable, RedisReplyError) as exc:
+                log.debug("limits: usage read failed: %s", exc)
+                return [None] * len(checks)
+            if isinstance(reply, list):
+                return [float(v) if v not in (b"", None) else None for v in reply]
+            return [None] * len(checks)
+        share = 1.0 / max(1, len(self._members()))
+        return [self.local.usage(c, share) for c in checks]
 
     def describe(self) -> dict[str, Any]:
         """For /v1/cluster: where limits are counted now."""

@@ -178,6 +178,13 @@ class RedisWire:
     async def ping(self) -> None:
         await self._call(b"*1\r\n$4\r\nPING\r\n")
 
+    async def call(self, command: bytes) -> Any:
+        """Send an encoded command and wait for its reply (outside the request path: the dashboard)."""
+        reply = await self._call(command)
+        if isinstance(reply, RedisReplyError):
+            raise reply
+        return reply
+
     async def _call(self, command: bytes) -> Any:
         if self._protocol is None:
             await self._connect()

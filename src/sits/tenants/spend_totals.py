@@ -52,6 +52,12 @@ class SpendTotals:
             return 0.0  # a new period: nothing committed in it yet as far as this replica knows
         return self._usd.get((scope, ident, period), 0.0)
 
+    def all_of(self, scope: Scope, period: Period, now: float) -> dict[str, float]:
+        """Every key's or team's total in the current `period` (the dashboard's ranking; not per request)."""
+        if self._first.get(period) != first_day(period, now):
+            return {}
+        return {ident: usd for (s, ident, p), usd in self._usd.items() if s == scope and p == period}
+
     def _current(self, period: Period, now: float) -> int:
         start = first_day(period, now)
         if self._first.get(period) != start:  # rolled over: the old period's totals are no longer wanted

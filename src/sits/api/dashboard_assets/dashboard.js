@@ -103,6 +103,50 @@
     $("kpi-tracing").textContent = tr.enabled ? `${tr.state} · ratio ${tr.sampling_ratio} · ${tr.exported_spans} spans` : "off";
   }
 
+  const usd = (v) => (v === null || v === undefined ? "–" : "$" + Number(v).toFixed(4));
+
+  function limitCell(row, limit) {
+    if (!limit) return cell(row, "–", "num");
+    const used = limit.in_use === null ? "?"
+      : Number.isInteger(limit.in_use) ? String(limit.in_use) : fmt(limit.in_use, limit.in_use < 10 ? 1 : 0);
+    const td = cell(row, `${used} / ${limit.limit}`, "num");
+    if (limit.in_use !== null && limit.in_use >= limit.limit) td.classList.add("over");
+    return td;
+  }
+
+  function tenantRow(body, r, withTeam) {
+    const row = document.createElement("tr");
+    row.dataset[withTeam ? "key" : "team"] = r.id;
+    cell(row, r.name === r.id ? r.id : `${r.name} (${r.id})`);
+    if (withTeam) cell(row, r.team);
+    cell(row, r.period);
+    cell(row, usd(r.spent_usd), "num");
+    cell(row, usd(r.soft_usd), "num");
+    cell(row, usd(r.hard_usd), "num");
+    const cap = r.hard_usd ?? r.soft_usd;
+    const used = cell(row, cap ? pct(r.spent_usd, cap) : "–", "num");
+    if (r.hard_usd && r.spent_usd >= r.hard_usd) used.classList.add("over");
+    else if (r.soft_usd && r.spent_usd >= r.soft_usd) used.classList.add("soft");
+    for (const name of ["rpm", "tpm", "concurrency"]) limitCell(row, r.limits[name]);
+    body.appendChild(row);
+  }
+
+  function renderTenants(state) {
+    const section = $("tenants");
+    const t = state.tenants;
+    section.hidden = !t;
+    if (!t) return;
+    const m = t.limits;
+    $("tenants-mode").textContent = m.mode === "redis"
+      ? `· limits global (Redis) · ${m.live_replicas} live replicas`
+      : `· limits local (${m.mode}): share ${m.share} of each limit, ${m.live_replicas} live replicas`;
+    for (const [id, rows, withTeam] of [["tenant-teams", t.teams, false], ["tenant-keys", t.keys, true]]) {
+      const body = $(id).tBodies[0];
+      body.replaceChildren();
+      for (const r of rows) tenantRow(body, r, withTeam);
+    }
+  }
+
   function drawChart(canvas, series) {
     const ctx = canvas.getContext("2d");
     const w = canvas.width, h = canvas.height, pad = 28;
@@ -155,6 +199,7 @@
       renderEndpoints(state);
       renderDecisions(state);
       renderKpis(state);
+      renderTenants(state);
       drawChart($("chart-latency"), latency);
       drawChart($("chart-inflight"), inflight);
       renderLegend();

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -24,11 +25,12 @@ from sits.api.grpc import chat_pb2_grpc, lz4_messages
 from sits.api.grpc.answer_messages import chunk_of_event, completion_response, route_message, write_chunks
 from sits.api.grpc.request_codec import request_body
 from sits.api.grpc.response_codec import SseEvents, completion_from_body
-from sits.api.grpc.status_codes import grpc_status
+from sits.api.grpc.status_codes import grpc_status, metadata_value
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.request_intake import RequestIntake
 from sits.api.schemas import CHAT_COMPLETION
+from sits.api.tenant_gate import WARNING_HEADER, HttpTenantGate
 from sits.telemetry.tracing import NO_TRACE
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
@@ -52,16 +54,23 @@ class _Call:
     compression: int
     include_usage: bool
     seen: Observation | None
+    headers: HttpRequest  # the call's metadata, as the HTTP door's request
+    fields: dict[str, Any]  # the validated body
 
 
 class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
     def __init__(self, director: Director, admission: Admission | None, keys: DataPlaneKeys,
                  request_id_of: Callable[[HttpRequest], str], max_message_bytes: int,
-                 observer: RequestObserver | None = None) -> None:
+                 observer: RequestObserver | None = None, tenants: HttpTenantGate | None = None) -> None:
         """`request_id_of` and `observer` are the HTTP door's: ids are unique across both doors, and
-        both doors' requests land in the same metrics, spans, decision log and access log."""
+        both doors' requests land in the same metrics, spans, decision log and access log. `tenants`:
+        the HTTP door's key gate (tenants on; needs `observer`, which carries the ticket to settlement)."""
+        if tenants is not None and observer is None:
+            raise ValueError("the key gate settles through the request observer: pass both")
         self._director = director
-        self._intake = RequestIntake(director, admission)  # the HTTP door's, so the doors cannot drift apart
+        self._tenants = tenants
+        # The HTTP door's, so the doors cannot drift apart.
+        self._intake = RequestIntake(director, admission, tenants.key_class if tenants is not None else None)
         self._keys = keys
         self._request_id_of = request_id_of
         self._max_message_bytes = max_message_bytes
@@ -76,6 +85,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         try:
             async with deadline:
                 call = self._prepare(request, headers, request_id, stream=False)
+                if self._tenants is not None:
+                    await self._admit(call, context)
                 return await self._create(call)
         except SitsError as exc:
             error = exc
@@ -97,6 +108,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         try:
             async with deadline:
                 call = self._prepare(request, headers, request_id, stream=True)
+                if self._tenants is not None:
+                    await self._admit(call, context)
                 await self._create_stream(call, context, deadline)
             return
         except SitsError as exc:
@@ -122,7 +135,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         completion = completion_from_body(payload, answer.source)
         if call.seen is not None:
             call.seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                             answer.usage(payload), prompt=call.routing.prompt_text)
+                             answer.usage(payload), prompt=call.routing.prompt_text, raw_usage=payload)
         if answer.cache_key is not None:
             self._director.remember(answer, completion_from_json(API, payload))
         return completion_response(completion, route_message(answer, call.routing.request_id), call.compression)
@@ -184,7 +197,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
                 status, error = UpstreamTimeout.http_status, "the call's deadline passed mid-stream"
             if seen is not None:
                 seen.served(answer.model, source, answer.route, answer.attempts, answer.first_byte_at,
-                            answer.usage(usage_event), status=status, prompt=call.routing.prompt_text, error=error)
+                            answer.usage(usage_event), status=status, prompt=call.routing.prompt_text, error=error,
+                            raw_usage=usage_event)
         if accumulator is not None:
             self._director.remember(answer, accumulator.result())
 
@@ -193,7 +207,9 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
     def _prepare(self, request: pb.ChatCompletionRequest, headers: HttpRequest, request_id: str,
                  stream: bool) -> _Call:
         """Authenticate, unwrap LZ4, validate exactly as the HTTP door does, begin the observation."""
-        if self._keys.enabled:
+        if self._tenants is not None:  # a tenant key from `authorization: Bearer ...` metadata
+            self._tenants.authenticate_call(headers)
+        elif self._keys.enabled:
             self._keys.check(headers)
         if request.lz4_request:
             request = self._unwrap_lz4(request)
@@ -205,7 +221,17 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         seen = self._observer.begin(headers, API, request_id, model, body) if self._observer else None
         routing = self._intake.routing(API, CHAT_COMPLETION, body, stream, headers, request_id, prompt, priority, scope,
                                        seen.trace if seen is not None else NO_TRACE)
-        return _Call(routing, json_body, request.response_compression, request.include_usage, seen)
+        return _Call(routing, json_body, request.response_compression, request.include_usage, seen, headers, body)
+
+    async def _admit(self, call: _Call, context: grpc.aio.ServicerContext) -> None:
+        """The key gate, as on HTTP: the model, the limits and the budget (a refusal is the HTTP door's
+        403 or 429, as PERMISSION_DENIED or RESOURCE_EXHAUSTED with its message and headers as metadata)."""
+        assert self._tenants is not None and call.seen is not None
+        routing = call.routing
+        await self._tenants.admit(call.seen, call.headers, routing.model, call.fields, routing.prompt_text)
+        warning = self._tenants.warning(call.headers)
+        if warning is not None:  # a soft budget passed: said in the initial metadata
+            await context.send_initial_metadata(((WARNING_HEADER.decode(), metadata_value(warning)),))
 
     def _unwrap_lz4(self, request: pb.ChatCompletionRequest) -> pb.ChatCompletionRequest:
         if len(request.ListFields()) != 1:

@@ -21,6 +21,8 @@ class ClusterDoc:
     served: GCounter = field(default_factory=GCounter)  # requests served, per replica
     circuits: LWWMap[CircuitNote] = field(default_factory=LWWMap)  # endpoint id -> last circuit transition
     registry: LWWMap[str] = field(default_factory=LWWMap)  # model name -> registration (JSON) or tombstone
+    # replica id -> the tenant store version its last key or team change committed (tenants/key_notices.py)
+    key_versions: LWWMap[int] = field(default_factory=LWWMap)
 
     def merge(self, other: ClusterDoc) -> ClusterDoc:
         if other is self:
@@ -31,16 +33,17 @@ class ClusterDoc:
             self.served.merge(other.served),
             self.circuits.merge(other.circuits),
             self.registry.merge(other.registry),
+            self.key_versions.merge(other.key_versions),
         )
         return self if merged == self else merged
 
     def max_stamp(self) -> Stamp | None:
-        stamps = [m.max_stamp() for m in (self.aliases, self.replicas, self.circuits, self.registry)]
+        stamps = [m.max_stamp() for m in (self.aliases, self.replicas, self.circuits, self.registry, self.key_versions)]
         return max((s for s in stamps if s is not None), default=None)
 
     def state_hash(self) -> str:
         """A digest of what every replica must agree on (aliases, registry): equal on converged replicas.
-        Statuses, counters and circuits move all the time and are left out."""
+        Statuses, counters, circuits and key-store versions move all the time and are left out."""
         canonical = {
             "aliases": {k: [r.stamp.to_wire(), _route(r.value)] for k, r in sorted(self.aliases.entries.items())},
             "registry": {k: [r.stamp.to_wire(), r.value] for k, r in sorted(self.registry.entries.items())},

@@ -72,6 +72,11 @@ class _RegistryEntry(_Wire):
     v: Annotated[str, Field(max_length=1_000_000)] | None
 
 
+class _KeyVersionEntry(_Wire):
+    s: WireStamp
+    v: Annotated[int, Field(ge=0)] | None
+
+
 class _Message(_Wire):
     version: Literal[1]
     origin: Id
@@ -80,10 +85,11 @@ class _Message(_Wire):
     served: dict[Id, Annotated[int, Field(ge=0)]] = {}
     circuits: dict[Id, _CircuitEntry] = {}
     registry: dict[Id, _RegistryEntry] = {}
+    key_versions: dict[Id, _KeyVersionEntry] = {}
 
 
 def encode(doc: ClusterDoc, origin: str) -> bytes:
-    return orjson.dumps({
+    message: dict[str, Any] = {
         "version": WIRE_VERSION,
         "origin": origin,
         "aliases": {k: {"s": r.stamp.to_wire(), "v": _route_out(r.value)} for k, r in doc.aliases.entries.items()},
@@ -92,7 +98,10 @@ def encode(doc: ClusterDoc, origin: str) -> bytes:
         "circuits": {k: {"s": r.stamp.to_wire(), "v": None if r.value is None else
                          {"state": r.value.state, "open_s": r.value.open_s}} for k, r in doc.circuits.entries.items()},
         "registry": {k: {"s": r.stamp.to_wire(), "v": r.value} for k, r in doc.registry.entries.items()},
-    })
+    }
+    if doc.key_versions.entries:  # only when tenants announce changes: replicas without the field still read the rest
+        message["key_versions"] = {k: {"s": r.stamp.to_wire(), "v": r.value} for k, r in doc.key_versions.entries.items()}
+    return orjson.dumps(message)
 
 
 def decode(data: bytes | str) -> tuple[str, ClusterDoc]:
@@ -112,6 +121,7 @@ def decode(data: bytes | str) -> tuple[str, ClusterDoc]:
         circuits=LWWMap({k: LWWRegister(None if e.v is None else CircuitNote(e.v.state, e.v.open_s), _stamp(e.s))
                          for k, e in m.circuits.items()}),
         registry=LWWMap({k: LWWRegister(e.v, _stamp(e.s)) for k, e in m.registry.items()}),
+        key_versions=LWWMap({k: LWWRegister(e.v, _stamp(e.s)) for k, e in m.key_versions.items()}),
     )
     return m.origin, doc
 
