@@ -6,6 +6,7 @@ its errors and its usage (cache reads and writes included) come back as chat com
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -14,6 +15,8 @@ import orjson
 from sits.backends.http_client import UpstreamResponse
 from sits.errors import InvalidRequest, UpstreamProtocolError
 from sits.translate.anthropic_upstream import AnthropicToChat, anthropic_request, chat_completion, chat_error
+
+log = logging.getLogger("sits.backends")
 
 ANTHROPIC_VERSION = "2023-06-01"
 CHAT_PATH = b"/chat/completions"
@@ -41,7 +44,7 @@ def error_body(payload: bytes, status: int) -> bytes:
 class AnthropicResponse:
     """An `UpstreamResponse` whose body is translated to chat completions as it is read."""
 
-    __slots__ = ("_response", "status", "headers", "_stream", "_translator")
+    __slots__ = ("_response", "status", "headers", "_stream", "_translator", "_warned")
 
     def __init__(self, response: UpstreamResponse, stream: bool, include_usage: bool) -> None:
         self._response = response
@@ -50,6 +53,7 @@ class AnthropicResponse:
         self.headers["content-type"] = "text/event-stream" if stream else "application/json"
         self._stream = stream
         self._translator = AnthropicToChat(include_usage)  # one per stream, whichever way it is read
+        self._warned = False
 
     async def read(self) -> bytes:
         payload = await self._response.read()
@@ -60,10 +64,17 @@ class AnthropicResponse:
                                         f"{payload[:80]!r}") from None
         return orjson.dumps(chat_completion(message, int(time.time())))
 
+    def _translate(self, chunk: bytes) -> bytes:
+        out = self._translator.feed(chunk)
+        if self._translator.missing_start and not self._warned:
+            self._warned = True
+            log.warning("an Anthropic-API upstream began its stream without message_start: the answer's input "
+                        "tokens are unknown (reported as 0)")
+        return out
+
     async def iter_chunks(self) -> AsyncIterator[bytes]:
-        translator = self._translator
         async for chunk in self._response.iter_chunks():
-            out = translator.feed(chunk)
+            out = self._translate(chunk)
             if out:
                 yield out
 
@@ -72,15 +83,13 @@ class AnthropicResponse:
             chunk = await self._response.next_chunk()
             if not chunk:
                 return b""
-            out = self._translator.feed(chunk)
+            out = self._translate(chunk)
             if out:
                 return out
 
     def push(self, deliver: Callable[[bytes], bool]) -> asyncio.Future[None]:
-        translator = self._translator
-
         def translated(chunk: bytes) -> bool:
-            out = translator.feed(chunk)
+            out = self._translate(chunk)
             return deliver(out) if out else False
 
         return self._response.push(translated)

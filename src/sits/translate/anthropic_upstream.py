@@ -180,6 +180,8 @@ class AnthropicToChat:
         self._tools = 0
         self._finish: str | None = None
         self.done = False
+        self.started = False  # message_start came (or was missing: then `missing_start`)
+        self.missing_start = False  # the upstream began with another event: no input usage to report
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return data_event({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
@@ -200,7 +202,13 @@ class AnthropicToChat:
         return b"".join(out)
 
     def _event(self, name: str, data: dict[str, Any], out: list[bytes]) -> None:
+        if not self.started and name not in ("message_start", "ping", "error"):
+            # Some servers (llama-server, now and then) open with a content block: a chat stream still
+            # begins with the assistant's role; the input tokens are unknown.
+            self.started = self.missing_start = True
+            out.append(self._chunk({"role": "assistant", "content": ""}))
         if name == "message_start":
+            self.started = True
             message = data.get("message") or {}
             self._id = "chatcmpl-" + str(message.get("id", ""))
             self._model = message.get("model")

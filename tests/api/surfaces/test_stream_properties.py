@@ -160,3 +160,22 @@ def test_a_broken_stream_ends_with_each_surfaces_error_event():
     assert m_events[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": "engine died"}})
     assert responses.error == messages.error == "engine died"
     assert responses.feed(b"data: [DONE]\n\n") == [] and messages.feed(b"data: [DONE]\n\n") == []
+
+
+def test_a_messages_stream_without_message_start_still_begins_with_the_role_and_says_its_input_is_unknown():
+    """llama-server now and then opens its stream with a content block, no message_start."""
+    events = [("content_block_start", {"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "text", "text": ""}}),
+              ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                       "delta": {"type": "text_delta", "text": "Hi"}}),
+              ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+              ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                 "usage": {"output_tokens": 2}}),
+              ("message_stop", {"type": "message_stop"})]
+    raw = b"".join(b"event: %s\ndata: %s\n\n" % (name.encode(), orjson.dumps(data)) for name, data in events)
+    back = AnthropicToChat(include_usage=True)
+    chunks = [orjson.loads(line[6:]) for line in back.feed(raw).split(b"\n") if line.startswith(b"data: {")]
+    assert back.missing_start
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[1]["choices"][0]["delta"] == {"content": "Hi"}
+    assert chunks[-1]["usage"]["completion_tokens"] == 2 and chunks[-1]["usage"]["prompt_tokens"] == 0
