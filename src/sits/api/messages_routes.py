@@ -24,6 +24,7 @@ from sits.api.surface_path import SurfacePath
 from sits.errors import InvalidRequest, ModelNotFound, SitsError, UpstreamStatusError
 from sits.state.routing_table import RoutingTable
 from sits.translate import messages as wire
+from sits.translate.messages_stream import MessagesStream
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 PATH = "/v1/messages"
@@ -89,7 +90,7 @@ class MessagesRoutes:
         message_id = "msg_" + os.urandom(12).hex()
         headers = started.answer.headers()
         if stream:
-            translator = wire.MessagesStream(message_id, body["model"], started.answer.source)
+            translator = MessagesStream(message_id, body["model"], started.answer.source)
             return StreamingResponse(200, self._path.relay(started, translator), headers=headers)
         completion = await self._path.read(started)
         return HttpResponse(200, orjson.dumps(wire.message_object(completion, message_id, body["model"])),
