@@ -27,7 +27,7 @@ from sits.api.dispatch import Dispatcher, Route
 from sits.api.engine_routes import SLEEPING as ENGINES_SLEEPING
 from sits.api.engine_routes import SWITCH as ENGINE_SWITCH
 from sits.api.engine_routes import EngineRoutes
-from sits.api.error_responses import render_error
+from sits.api.error_responses import anthropic_error, render_error
 from sits.api.grpc_server import GrpcServer
 from sits.api.health_routes import HealthRoutes
 from sits.api.kv_routes import MIGRATE as KV_MIGRATE
@@ -41,8 +41,7 @@ from sits.api.request_observer import RequestObserver
 from sits.api.telemetry_routes import DASHBOARD_PREFIX, TelemetryRoutes
 from sits.api.messages_routes import COUNT_TOKENS as MESSAGES_COUNT_TOKENS
 from sits.api.messages_routes import PATH as MESSAGES
-from sits.api.messages_routes import PATHS as MESSAGES_PATHS
-from sits.api.messages_routes import MessagesRoutes, anthropic_errors
+from sits.api.messages_routes import MessagesRoutes
 from sits.api.openai_routes import OpenAIRoutes
 from sits.api.responses_routes import PATH as RESPONSES
 from sits.api.responses_routes import PREFIX as RESPONSES_PREFIX
@@ -292,8 +291,8 @@ class Gateway:
             {
                 ("POST", "/v1/chat/completions"): gated(openai_routes.chat_completions),
                 ("POST", RESPONSES): gated(responses.create),
-                ("POST", MESSAGES): gated(anthropic_errors(messages.create, self._client_keys)),
-                ("POST", MESSAGES_COUNT_TOKENS): anthropic_errors(messages.count_tokens, self._client_keys),
+                ("POST", MESSAGES): gated(messages.create),
+                ("POST", MESSAGES_COUNT_TOKENS): messages.count_tokens,
                 ("POST", "/v1/files"): files.upload,
                 ("POST", "/v1/completions"): gated(openai_routes.completions),
                 ("POST", "/v1/embeddings"): gated(openai_routes.embeddings),
@@ -325,6 +324,7 @@ class Gateway:
                            **({DASHBOARD_PREFIX: telemetry_routes.dashboard_asset} if telemetry.dashboard else {})},
             before=self.tenant_gate.before if self.tenant_gate is not None
             else self._authenticate if self._client_keys.enabled else None,
+            renderers={MESSAGES: anthropic_error},  # a refused key, 404 and 405 too, in Anthropic's shape
         )
 
         # The gRPC door (docs/grpc.md): the same director behind sits.v1.ChatCompletions.
@@ -389,7 +389,7 @@ class Gateway:
         await self._adapters_restored.finished()
 
     def _authenticate(self, request: HttpRequest, path: str) -> None:
-        if path in DATA_PLANE_PATHS and path not in MESSAGES_PATHS:  # those answer a refused key themselves
+        if path in DATA_PLANE_PATHS:
             self._client_keys.check(request)
 
     # -- lifecycle -------------------------------------------------------------

@@ -19,19 +19,24 @@ log = logging.getLogger("sits.api")
 _MAX_REQUEST_ID = 128
 
 Route = Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]
+Renderer = Callable[[SitsError], HttpResponse]
 
 
 class Dispatcher:
     """Maps (method, path) to a route; every answer carries x-request-id."""
 
     def __init__(self, routes: dict[tuple[str, str], Route], prefix_routes: dict[str, Route] | None = None,
-                 before: Callable[[HttpRequest, str], None] | None = None) -> None:
+                 before: Callable[[HttpRequest, str], None] | None = None,
+                 renderers: dict[str, Renderer] | None = None) -> None:
         """`prefix_routes` serve every method below a path prefix (resources with ids in the path);
-        `before` runs ahead of the data-plane routes (client authentication)."""
+        `before` runs ahead of the data-plane routes (client authentication); `renderers` write the
+        errors at a path and below it in that API's own shape (the rest are OpenAI-shaped), whoever
+        raised them: the hook, the dispatch itself (404, 405) or the route."""
         self._routes = routes
         self._paths = {path for _, path in routes}
         self._prefix_routes = prefix_routes or {}
         self._before = before
+        self._renderers = tuple((path, path + "/", render) for path, render in (renderers or {}).items())
         # Request ids: a random per-gateway prefix plus a counter; unique without a syscall per request.
         self._id_prefix = os.urandom(6).hex()
         self._id_counter = itertools.count(1)
@@ -61,12 +66,18 @@ class Dispatcher:
                 raise NotFound(f"no route for {request.method} {path}")
             response = await route(request, request_id)
         except SitsError as exc:
-            response = render_error(exc)
+            response = self._renderer(path)(exc)
         except Exception:
             log.exception("unexpected error on %s %s (request %s)", request.method, path, request_id)
-            response = render_error(SitsError("internal error; see the gateway log for request " + request_id))
+            response = self._renderer(path)(SitsError("internal error; see the gateway log for request " + request_id))
         response.headers.append((b"x-request-id", request_id.encode()))
         return response
+
+    def _renderer(self, path: str) -> Renderer:
+        for exact, below, render in self._renderers:
+            if path == exact or path.startswith(below):
+                return render
+        return render_error
 
 
 def json_response(status: int, payload: object) -> HttpResponse:

@@ -4,7 +4,8 @@
     POST /v1/messages/count_tokens  {"input_tokens": n}, counted with the target model's tokenizer
 
 A create is translated to a chat completion (`sits.translate.messages`) and goes the one request path
-(`api/surface_path.py`). Every error is Anthropic-shaped: `{"type": "error", "error": {"type",
+(`api/surface_path.py`). Every error at these paths, a refused key included, is Anthropic-shaped
+(`api/error_responses.py`, chosen by the dispatcher): `{"type": "error", "error": {"type",
 "message"}}`, the message naming the field.
 """
 
@@ -13,62 +14,23 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from sits.api.auth import DataPlaneKeys
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.surface_path import SurfacePath
-from sits.errors import InvalidRequest, ModelNotFound, SitsError, UpstreamStatusError
+from sits.errors import InvalidRequest, ModelNotFound, SitsError
 from sits.state.routing_table import RoutingTable
 from sits.translate import messages as wire
+from sits.translate.messages_stream import MessagesStream
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 PATH = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
-PATHS = frozenset({PATH, COUNT_TOKENS})  # authenticated by `anthropic_errors`, to answer in Anthropic's shape
 _VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",
-                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
 _CHARS_PER_TOKEN = 4  # the estimate when no tokenizer is loaded for the model
-
-
-def anthropic_error(error: SitsError) -> HttpResponse:
-    """A SitsError in the Messages API's shape (the field in the message, as Anthropic writes it)."""
-    status, message = error.http_status, error.message
-    if isinstance(error, UpstreamStatusError) and 400 <= error.upstream_status < 500:
-        status, message = error.upstream_status, _upstream_message(error.body) or message
-    if error.param and error.param not in message:
-        message = f"{error.param}: {message}"
-    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in error.headers]
-    return HttpResponse(status, orjson.dumps({"type": "error", "error": {"type": kind, "message": message}}),
-                        headers=headers)
-
-
-def _upstream_message(body: bytes) -> str | None:
-    try:
-        error = orjson.loads(body).get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        return body[:2000].decode("utf-8", "replace") or None
-    return str(error.get("message")) if isinstance(error, dict) and error.get("message") else None
-
-
-def anthropic_errors(handler: Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]],
-                     keys: DataPlaneKeys) -> Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]]:
-    """The handler behind the client keys, with its SitsErrors (a refused key included) rendered in
-    Anthropic's shape rather than OpenAI's."""
-    async def handle(request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
-        try:
-            if keys.enabled:
-                keys.check(request)
-            return await handler(request, request_id)
-        except SitsError as exc:
-            return anthropic_error(exc)
-    return handle
 
 
 class MessagesRoutes:
@@ -89,7 +51,7 @@ class MessagesRoutes:
         message_id = "msg_" + os.urandom(12).hex()
         headers = started.answer.headers()
         if stream:
-            translator = wire.MessagesStream(message_id, body["model"], started.answer.source)
+            translator = MessagesStream(message_id, body["model"], started.answer.source)
             return StreamingResponse(200, self._path.relay(started, translator), headers=headers)
         completion = await self._path.read(started)
         return HttpResponse(200, orjson.dumps(wire.message_object(completion, message_id, body["model"])),

@@ -26,6 +26,7 @@ from sits.api.surface_path import SurfacePath
 from sits.errors import InvalidRequest, MethodNotAllowed, NotFound, SitsError
 from sits.state.response_store import ResponseStore
 from sits.translate import responses as wire
+from sits.translate.responses_stream import ResponsesStream
 
 log = logging.getLogger("sits.responses")
 PATH = "/v1/responses"
@@ -59,14 +60,17 @@ class ResponsesRoutes:
         asked = chat["messages"][1:] if body.get("instructions") else chat["messages"]  # history + this input
         headers = started.answer.headers()
         if stream:
-            translator = wire.ResponsesStream(response_id, created, body, started.answer.source)
+            translator = ResponsesStream(response_id, created, body, started.answer.source)
 
             async def keep() -> None:
-                if store and translator.result is not None:
-                    try:
-                        await self._keep(response_id, translator.result, items, asked)
-                    except SitsError as exc:  # the answer is streaming already: it is not held back
-                        log.warning("response %s was not stored: %s", response_id, exc.message)
+                if not store:
+                    return
+                try:
+                    result = translator.result
+                    if result is not None:
+                        await self._keep(response_id, result, items, asked)
+                except SitsError as exc:  # the answer is streaming already: it is not held back
+                    log.warning("response %s was not stored: %s", response_id, exc.message)
 
             return StreamingResponse(200, self._path.relay(started, translator, keep), headers=headers)
         completion = await self._path.read(started)

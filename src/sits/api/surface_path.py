@@ -115,6 +115,12 @@ class SurfacePath:
                         on_complete = None
                     if events:
                         yield b"".join(events)
+                if not translator.ended:  # a last event without its blank line (some servers end so)
+                    events = translator.feed(b"\n\n")
+                    if translator.ended and translator.error is None and on_complete is not None:
+                        await on_complete()
+                    if events:
+                        yield b"".join(events)
                 if not translator.ended:
                     raise UpstreamProtocolError(f"upstream {answer.source} ended the stream without [DONE]")
                 status, error = (200, None) if translator.error is None else (502, translator.error)

@@ -1,9 +1,20 @@
 """Reading a chat-completions SSE stream event by event, for the surfaces that translate it.
 
-`ChatStreamReader.feed(bytes)` yields what the events say as they complete: a `str` for an event that
-is one more piece of text and nothing else (most of a stream's events: no object built for them),
-a `ChatDelta` for any other; `[DONE]` and an in-band error event are reported as `StreamEnd`, so a
+`ChatStreamReader.feed(bytes)` returns what the complete events say, in order: a `list` of text pieces
+for one or more consecutive events that say a piece of text and nothing else (most of a stream), a
+`ChatDelta` for any other event; `[DONE]` and an in-band error event are reported as `StreamEnd`, so a
 surface can end its own stream the right way.
+
+A text piece is the string's content as the upstream escaped it in JSON (no quotes), so a surface
+puts it into its own events' bytes without decoding and re-encoding it; pieces joined between two
+quotes are the whole text as one JSON string.
+
+Most text events are not parsed. A chat server writes every text-only event of a stream alike but for
+the text (`data: {"id":"x",...,"choices":[{"index":0,"delta":{"content":"` *text* `"},...}]}`): the
+first one is parsed, found to say text and nothing else, and the bytes before and after its text are
+kept. Events made of the same bytes around strings with no quote in them are the same JSON object
+with other texts (quotes are escaped inside JSON strings, so nothing else can look alike), and a run
+of them is sliced out of the chunk whole; anything else is parsed.
 """
 
 from __future__ import annotations
@@ -39,14 +50,26 @@ class StreamEnd(NamedTuple):
     code: str | None = None
 
 
+Item = list[bytes] | ChatDelta | StreamEnd
+
 _NO_DELTA = ChatDelta()
+_DONE_END = StreamEnd()
+_EMPTY: dict[str, Any] = {}
+_TEXT_KEY = b'"delta":{"content":"'  # where a text-only event's text starts, as chat servers write it
+_NEVER = b"\n\n"  # no complete event starts with this: matches nothing until a shape is learnt
+_new_delta = tuple.__new__  # a ChatDelta without the Python-level __new__ of a named tuple
+
+
+def text_piece(text: str) -> bytes:
+    """A decoded text as a piece (its JSON-escaped content)."""
+    return orjson.dumps(text)[1:-1]
 
 
 def chunk_delta(event: dict[str, Any]) -> ChatDelta:
     """One chat.completion.chunk as a delta of choice 0 (the surfaces answer with one choice).
 
     Read optimistically (the shape every chat server writes) and checked by the exceptions a wrong
-    shape raises: this runs once per streamed event."""
+    shape raises."""
     usage = event.get("usage")
     model = event.get("model")
     try:
@@ -64,12 +87,9 @@ def chunk_delta(event: dict[str, Any]) -> ChatDelta:
         finish = choice.get("finish_reason")
     except (AttributeError, TypeError, KeyError):
         return _NO_DELTA
-    return ChatDelta(text if type(text) is str else "", reasoning if type(reasoning) is str else "", tools,
-                     None if finish is None else str(finish), usage if type(usage) is dict else None,
-                     model if type(model) is str else None)
-
-
-_EMPTY: dict[str, Any] = {}
+    return _new_delta(ChatDelta, (text if type(text) is str else "", reasoning if type(reasoning) is str else "",
+                                  tools, None if finish is None else str(finish),
+                                  usage if type(usage) is dict else None, model if type(model) is str else None))
 
 
 def _tool_delta(position: int, call: dict[str, Any]) -> ToolDelta:
@@ -80,52 +100,116 @@ def _tool_delta(position: int, call: dict[str, Any]) -> ToolDelta:
                      name if type(name) is str else None, arguments if type(arguments) is str else "")
 
 
-class ChatStreamReader:
-    """Chat SSE bytes in (cut anywhere), deltas and the end out. Chat streams carry only `data:` lines."""
+def _only_text(parsed: dict[str, Any]) -> str | None:
+    """The text of an event that says a piece of text and nothing else, else None."""
+    choices = parsed.get("choices")
+    if type(choices) is not list or len(choices) != 1 or parsed.get("usage") is not None:
+        return None
+    choice = choices[0]
+    delta = choice.get("delta") if type(choice) is dict else None
+    if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None \
+            or choice.get("index", 0) != 0:
+        return None
+    text = delta.get("content")
+    return text if type(text) is str else None
 
-    __slots__ = ("_partial", "_source")
+
+class ChatStreamReader:
+    """Chat SSE bytes in (cut anywhere), text pieces, deltas and the end out."""
+
+    __slots__ = ("_partial", "_source", "_head", "_tail", "_separator", "_quotes", "_escaped_end")
 
     def __init__(self, source: str = "upstream") -> None:
         self._partial = b""
         self._source = source
+        # The learnt shape of this stream's text-only events: the bytes before the text and after it
+        # (with the blank line), what lies between two of them, their quotes, a text ending in a backslash.
+        self._head = self._tail = self._separator = self._escaped_end = _NEVER
+        self._quotes = 0
 
-    def feed(self, chunk: bytes) -> list[str | ChatDelta | StreamEnd]:
+    def feed(self, chunk: bytes) -> list[Item]:
         data = self._partial + chunk if self._partial else chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        if len(self._partial) > MAX_LINE:
-            raise UpstreamProtocolError(f"upstream {self._source} sent an SSE line over {MAX_LINE} bytes")
-        out: list[str | ChatDelta | StreamEnd] = []
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue  # blank separators, comments, `event:` lines
-            payload = line[5:].strip()
-            if payload == DONE:
-                out.append(StreamEnd())
-                continue
-            try:
-                parsed = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                out.append(StreamEnd(f"an SSE event that is not JSON: {payload[:80]!r}", "upstream_bad_stream"))
-                continue
-            if type(parsed) is not dict:
-                continue
-            choices = parsed.get("choices")
-            if type(choices) is list and len(choices) == 1 and "usage" not in parsed:  # the common event: text only
-                choice = choices[0]
-                delta = choice.get("delta") if type(choice) is dict else None
-                if type(delta) is dict and len(delta) == 1 and choice.get("finish_reason") is None \
-                        and choice.get("index", 0) == 0:
-                    text = delta.get("content")
-                    if type(text) is str:
-                        if text:
-                            out.append(text)
-                        continue
-            error = parsed.get("error")
-            if error is not None:
-                message = error.get("message", error) if type(error) is dict else error
-                code = error.get("code") if type(error) is dict else None
-                out.append(StreamEnd(str(message), str(code) if code else "upstream_error"))
-                continue
-            out.append(chunk_delta(parsed))
+        if data.find(b"\r") >= 0:  # CRLF line ends (rare): as LF, so events end with one separator
+            data = data.replace(b"\r\n", b"\n")
+        complete = data.rfind(b"\n\n") + 2  # the complete events end here (1: none yet)
+        if complete < 2:
+            if len(data) > MAX_LINE:
+                raise UpstreamProtocolError(f"upstream {self._source} sent an SSE event over {MAX_LINE} bytes")
+            self._partial = data
+            return []
+        self._partial = data[complete:]
+        out: list[Item] = []
+        at, runs = 0, True
+        while at < complete:
+            if runs and self._quotes and data.startswith(self._head, at):
+                # the learnt events from here to the last of them in the chunk: one run if every one
+                # is the learnt shape (the quotes and newlines of that many events, and no more)
+                head, tail = self._head, self._tail
+                stop = data.rfind(tail, at, complete) + len(tail)
+                if stop <= at:
+                    runs = False
+                    continue
+                pieces = data[at + len(head):stop - len(tail)].split(self._separator)
+                count = len(pieces)
+                if data.count(b'"', at, stop) == count * self._quotes and data.count(b"\n", at, stop) == 2 * count \
+                        and data.find(self._escaped_end, at, stop) < 0:
+                    out.append(pieces if b"" not in pieces else [p for p in pieces if p])
+                    at = stop
+                    continue
+                runs = False  # not a clean run: the rest of this chunk event by event
+            end = data.find(b"\n\n", at)
+            event = data[at:end]
+            at = end + 2
+            if event:
+                self._event(event, out)
         return out
+
+    def _event(self, event: bytes, out: list[Item]) -> None:
+        """An event not in a run: its `data:` lines, parsed."""
+        if event.startswith(b"data:") and event.find(b"\n") < 0:
+            payload = event[5:]
+        else:  # comments, `event:` lines, data over several lines (rare for chat servers)
+            lines = [line[5:] for line in event.split(b"\n") if line.startswith(b"data:")]
+            if not lines:
+                return
+            payload = b"\n".join(lines)
+        if payload.endswith(DONE) and payload.strip() == DONE:
+            out.append(_DONE_END)
+            return
+        try:
+            parsed = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            out.append(StreamEnd(f"an SSE event that is not JSON: {payload[:80]!r}", "upstream_bad_stream"))
+            return
+        if type(parsed) is not dict:
+            return
+        error = parsed.get("error")
+        if error is not None:
+            message = error.get("message", error) if type(error) is dict else error
+            code = error.get("code") if type(error) is dict else None
+            out.append(StreamEnd(str(message), str(code) if code else "upstream_error"))
+            return
+        text = _only_text(parsed)
+        if text is None:
+            out.append(chunk_delta(parsed))
+        elif text:
+            piece = text_piece(text)
+            self._learn(event, piece)
+            if out and type(out[-1]) is list:
+                out[-1].append(piece)  # type: ignore[union-attr]
+            else:
+                out.append([piece])
+
+    def _learn(self, event: bytes, piece: bytes) -> None:
+        """Keep the bytes around this text-only event's text, when it is written as orjson writes it.
+        Quotes are escaped inside JSON strings, so `"delta":{"content":"<piece>"}` is found only where
+        the object has it."""
+        at = event.find(_TEXT_KEY + piece + b'"}')
+        if at < 0 or event.find(b"\n") >= 0:
+            return
+        start = at + len(_TEXT_KEY)
+        end = start + len(piece)
+        head, tail = event[:start], event[end:] + b"\n\n"
+        self._head, self._tail, self._separator = head, tail, tail + head
+        self._quotes = head.count(b'"') + tail.count(b'"')
+        self._escaped_end = b"\\" + tail

@@ -2,7 +2,8 @@
 
 - `chat_request(body)`: a Messages create body as a chat/completions body.
 - `message_object(completion)`: a chat completion as a Messages `message`.
-- `MessagesStream`: chat SSE chunks in, Messages events out, one chunk at a time.
+- `stop_reason(finish)`: a chat finish_reason as a Messages stop_reason (`translate/messages_stream.py`
+  writes the stream).
 
 Thinking passes through: `thinking` blocks of earlier assistant turns ride on the chat message as
 `reasoning_content` (the text) and `thinking_blocks` (the blocks as sent, signatures included); a
@@ -16,14 +17,8 @@ from typing import Any
 import orjson
 
 from sits.errors import InvalidRequest
-from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
-from sits.translate.sse import named_event
 from sits.translate.usage import anthropic_usage
 
-# The events sent once per streamed piece, written from templates (a dict and its dump per event cost
-# several times more; bench/results/surfaces.md)
-_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
-          b'"delta":{"type":"%b","%b":%b}}\n\n')
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                 "content_filter": "refusal"}
 
@@ -241,102 +236,3 @@ def _arguments(raw: Any) -> Any:
     except orjson.JSONDecodeError:
         return {"_raw_arguments": raw}  # the model wrote arguments that are not JSON: kept, not dropped
     return value if isinstance(value, dict) else {"value": value}
-
-
-class MessagesStream:
-    """Chat SSE bytes in, Messages events out. Feed every chunk; `fail()` on a broken stream."""
-
-    def __init__(self, message_id: str, model: str, source: str = "upstream") -> None:
-        self._id = message_id
-        self._model = model
-        self._reader = ChatStreamReader(source)
-        self._started = False
-        self._block = -1  # index of the open content block, -1 when none
-        self._open_kind = ""  # "text", "thinking" or "tool:<chat index>"
-        self._tools: dict[int, int] = {}  # chat tool index -> block index
-        self._finish: str | None = None
-        self._usage: dict[str, Any] | None = None
-        self.ended = False
-        self.error: str | None = None  # why the stream failed, once it did
-
-    def start(self) -> list[bytes]:
-        self._started = True
-        message = {"id": self._id, "type": "message", "role": "assistant", "model": self._model, "content": [],
-                   "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": 0, "output_tokens": 0}}
-        return [named_event("message_start", {"type": "message_start", "message": message})]
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        out = [] if self._started else self.start()
-        for item in self._reader.feed(chunk):
-            if self.ended:
-                break
-            if type(item) is str:
-                if self._open_kind != "text":
-                    self._open("text", {"type": "text", "text": ""}, out)
-                out.append(_DELTA % (self._block, b"text_delta", b"text", orjson.dumps(item)))
-            elif isinstance(item, StreamEnd):
-                out += self.finish() if item.error is None else self.fail(item.error, item.code or "api_error")
-            else:
-                self._delta(item, out)
-        return out
-
-    def _open(self, kind: str, block: dict[str, Any], out: list[bytes]) -> None:
-        self._close(out)
-        self._block += 1
-        self._open_kind = kind
-        out.append(named_event("content_block_start", {"type": "content_block_start", "index": self._block,
-                                                       "content_block": block}))
-
-    def _close(self, out: list[bytes]) -> None:
-        if self._open_kind:
-            out.append(named_event("content_block_stop", {"type": "content_block_stop", "index": self._block}))
-            self._open_kind = ""
-
-    def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
-        if delta.reasoning:
-            if self._open_kind != "thinking":
-                self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
-            out.append(_DELTA % (self._block, b"thinking_delta", b"thinking", orjson.dumps(delta.reasoning)))
-        if delta.text:
-            if self._open_kind != "text":
-                self._open("text", {"type": "text", "text": ""}, out)
-            out.append(_DELTA % (self._block, b"text_delta", b"text", orjson.dumps(delta.text)))
-        for tool in delta.tools:
-            kind = f"tool:{tool.index}"
-            if tool.index not in self._tools:
-                self._open(kind, {"type": "tool_use", "id": tool.id or f"toolu_{self._id[4:]}_{tool.index}",
-                                  "name": tool.name or "", "input": {}}, out)
-                self._tools[tool.index] = self._block
-            elif self._open_kind != kind:
-                continue  # a delta for a block already closed: chat servers send each call's pieces in order
-            if tool.arguments:
-                out.append(_DELTA % (self._block, b"input_json_delta", b"partial_json", orjson.dumps(tool.arguments)))
-        if delta.finish is not None:
-            self._finish = delta.finish
-        if delta.usage is not None:
-            self._usage = delta.usage
-
-    def finish(self) -> list[bytes]:
-        out: list[bytes] = [] if self._started else self.start()
-        if self.ended:
-            return out
-        self._close(out)
-        out.append(named_event("message_delta", {"type": "message_delta",
-                                                 "delta": {"stop_reason": stop_reason(self._finish),
-                                                           "stop_sequence": None},
-                                                 "usage": anthropic_usage(self._usage)}))
-        out.append(named_event("message_stop", {"type": "message_stop"}))
-        self.ended = True
-        return out
-
-    def fail(self, message: str, code: str = "api_error") -> list[bytes]:
-        """The stream broke: an `error` event, and no further events."""
-        error_type = "overloaded_error" if code == "overloaded" else "api_error"
-        out: list[bytes] = [] if self._started else self.start()
-        if self.ended:
-            return out
-        self.ended = True
-        self.error = message
-        out.append(named_event("error", {"type": "error", "error": {"type": error_type, "message": message}}))
-        return out

@@ -4,7 +4,8 @@
   as a chat/completions body, plus the input items in their Responses shape (for storage and
   `input_items`).
 - `response_object(...)`: a chat completion as a Responses `response` object.
-- `ResponsesStream`: chat SSE chunks in, Responses events out, one chunk at a time.
+- `message_item`, `call_item`, `assistant_message`, `status_of`: the parts a stream's events carry
+  (`translate/responses_stream.py` writes the stream).
 """
 
 from __future__ import annotations
@@ -14,18 +15,10 @@ from typing import Any
 import orjson
 
 from sits.errors import InvalidRequest
-from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
-from sits.translate.sse import named_event
 from sits.translate.usage import responses_usage
 
 _CHAT_PASSTHROUGH = ("temperature", "top_p", "user", "parallel_tool_calls", "seed")
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
-# The events sent once per streamed piece, written from templates (a dict and its dump per event cost
-# several times more; bench/results/surfaces.md)
-_TEXT_DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":%d,'
-               b'"item_id":"%b","output_index":%d,"content_index":0,"delta":%b,"logprobs":[]}\n\n')
-_ARGUMENTS_DELTA = (b'event: response.function_call_arguments.delta\ndata: {"type":"response.function_call_arguments'
-                    b'.delta","sequence_number":%d,"item_id":"%b","output_index":%d,"delta":%b}\n\n')
 
 
 def _bad(message: str, param: str) -> InvalidRequest:
@@ -242,43 +235,49 @@ def output_items(text: str, calls: list[tuple[str, str, str]], response_id: str)
     """The response's output: one assistant message (when it said something), then its function calls."""
     out: list[dict[str, Any]] = []
     if text or not calls:
-        out.append(_message_item(response_id, text, "completed"))
+        out.append(message_item(response_id, text, "completed"))
     for i, (call_id, name, arguments) in enumerate(calls):
-        out.append(_call_item(response_id, i, call_id, name, arguments, "completed"))
+        out.append(call_item(response_id, i, call_id, name, arguments, "completed"))
     return out
 
 
-def _message_item(response_id: str, text: str, status: str) -> dict[str, Any]:
+def message_item(response_id: str, text: str, status: str) -> dict[str, Any]:
     content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" else []
     return {"type": "message", "id": "msg_" + response_id[5:], "status": status, "role": "assistant",
             "content": content}
 
 
-def _call_item(response_id: str, index: int, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+def call_item(response_id: str, index: int, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
     return {"type": "function_call", "id": f"fc_{response_id[5:]}_{index}", "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
 
 
-def response_object(response_id: str, created: int, model: str, request: dict[str, Any], status: str,
-                    output: list[dict[str, Any]], usage: Any, finish: str | None,
-                    error: dict[str, Any] | None = None) -> dict[str, Any]:
+def response_fields(request: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a `response` object that restate the request (the same in every snapshot of it)."""
     fmt = request.get("text") if isinstance(request.get("text"), dict) else {"format": {"type": "text"}}
-    obj: dict[str, Any] = {
-        "id": response_id, "object": "response", "created_at": created, "status": status, "model": model,
-        "output": output, "error": error,
-        "incomplete_details": {"reason": _INCOMPLETE.get(finish or "", "max_output_tokens")}
-        if status == "incomplete" else None,
+    fields = {
         "instructions": request.get("instructions"), "max_output_tokens": request.get("max_output_tokens"),
         "parallel_tool_calls": request.get("parallel_tool_calls", True),
         "previous_response_id": request.get("previous_response_id"), "store": request.get("store", True),
         "temperature": request.get("temperature"), "top_p": request.get("top_p"),
         "tool_choice": request.get("tool_choice", "auto"), "tools": request.get("tools") or [], "text": fmt,
         "metadata": request.get("metadata") or {}, "truncation": request.get("truncation", "disabled"),
-        "usage": responses_usage(usage) if usage is not None else None,
     }
     if request.get("user") is not None:
-        obj["user"] = request["user"]
-    return obj
+        fields["user"] = request["user"]
+    return fields
+
+
+def incomplete_details(status: str, finish: str | None) -> dict[str, Any] | None:
+    return {"reason": _INCOMPLETE.get(finish or "", "max_output_tokens")} if status == "incomplete" else None
+
+
+def response_object(response_id: str, created: int, model: str, request: dict[str, Any], status: str,
+                    output: list[dict[str, Any]], usage: Any, finish: str | None,
+                    error: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"id": response_id, "object": "response", "created_at": created, "status": status, "model": model,
+            "output": output, "error": error, "incomplete_details": incomplete_details(status, finish),
+            **response_fields(request), "usage": responses_usage(usage) if usage is not None else None}
 
 
 def status_of(finish: str | None) -> str:
@@ -313,150 +312,3 @@ def assistant_message(text: str, calls: list[tuple[str, str, str]]) -> dict[str,
         message["tool_calls"] = [{"id": c, "type": "function", "function": {"name": n, "arguments": a}}
                                  for c, n, a in calls]
     return message
-
-
-class ResponsesStream:
-    """Chat SSE bytes in, Responses SSE events out. Feed every chunk; `fail()` on a broken stream.
-    `result` holds the final response object and the assistant's chat message once the stream ended."""
-
-    def __init__(self, response_id: str, created: int, request: dict[str, Any], source: str = "upstream") -> None:
-        self._id = response_id
-        self._message_id = b"msg_" + response_id[5:].encode()
-        self._created = created
-        self._request = request
-        self._model = request["model"]
-        self._reader = ChatStreamReader(source)
-        self._sequence = 0
-        self._started = False
-        self._text: list[str] | None = None  # the open message item's text
-        self._message_index = -1
-        self._calls: dict[int, list[Any]] = {}  # chat tool index -> [output index, call id, name, [args]]
-        self._output: list[dict[str, Any]] = []
-        self._finish: str | None = None
-        self._usage: dict[str, Any] | None = None
-        self.result: tuple[dict[str, Any], dict[str, Any]] | None = None
-        self.ended = False
-        self.error: str | None = None  # why the stream failed, once it did
-
-    def _event(self, name: str, payload: dict[str, Any]) -> bytes:
-        payload["type"] = name
-        payload["sequence_number"] = self._sequence
-        self._sequence += 1
-        return named_event(name, payload)
-
-    def _snapshot(self, status: str, error: dict[str, Any] | None = None) -> dict[str, Any]:
-        return response_object(self._id, self._created, self._model, self._request, status, list(self._output),
-                               self._usage, self._finish, error)
-
-    def start(self) -> list[bytes]:
-        self._started = True
-        snapshot = self._snapshot("in_progress")
-        return [self._event("response.created", {"response": snapshot}),
-                self._event("response.in_progress", {"response": snapshot})]
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        out = [] if self._started else self.start()
-        for item in self._reader.feed(chunk):
-            if self.ended:
-                break
-            if type(item) is str:
-                self._text_piece(item, out)
-            elif isinstance(item, StreamEnd):
-                out += self.finish() if item.error is None else self.fail(item.error, item.code or "upstream_error")
-            else:
-                self._delta(item, out)
-        return out
-
-    def _text_piece(self, text: str, out: list[bytes]) -> None:
-        if self._text is None:
-            self._open_message(out)
-        assert self._text is not None
-        self._text.append(text)
-        out.append(_TEXT_DELTA % (self._sequence, self._message_id, self._message_index, orjson.dumps(text)))
-        self._sequence += 1
-
-    def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
-        if delta.model and self._model == self._request["model"]:
-            self._model = delta.model
-        if delta.text:
-            self._text_piece(delta.text, out)
-        for tool in delta.tools:
-            call = self._calls.get(tool.index)
-            if call is None:
-                self._close_message(out)
-                index = len(self._output)
-                call = self._calls[tool.index] = [index, tool.id or f"call_{tool.index}", tool.name or "", []]
-                item = _call_item(self._id, len(self._calls) - 1, call[1], call[2], "", "in_progress")
-                self._output.append(item)
-                out.append(self._event("response.output_item.added", {"output_index": index, "item": item}))
-            elif tool.name and not call[2]:
-                call[2] = tool.name
-            if tool.arguments:
-                call[3].append(tool.arguments)
-                out.append(_ARGUMENTS_DELTA % (self._sequence, self._output[call[0]]["id"].encode(), call[0],
-                                               orjson.dumps(tool.arguments)))
-                self._sequence += 1
-        if delta.finish is not None:
-            self._finish = delta.finish
-        if delta.usage is not None:
-            self._usage = delta.usage
-
-    def _open_message(self, out: list[bytes]) -> None:
-        self._text = []
-        self._message_index = len(self._output)
-        item = _message_item(self._id, "", "in_progress")
-        self._output.append(item)
-        out.append(self._event("response.output_item.added", {"output_index": self._message_index, "item": item}))
-        out.append(self._event("response.content_part.added", {
-            "item_id": item["id"], "output_index": self._message_index, "content_index": 0,
-            "part": {"type": "output_text", "text": "", "annotations": []}}))
-
-    def _close_message(self, out: list[bytes]) -> None:
-        if self._text is None or self._output[self._message_index]["status"] == "completed":
-            return
-        text = "".join(self._text)
-        item = self._output[self._message_index] = _message_item(self._id, text, "completed")
-        base = {"item_id": item["id"], "output_index": self._message_index, "content_index": 0}
-        out.append(self._event("response.output_text.done", {**base, "text": text, "logprobs": []}))
-        out.append(self._event("response.content_part.done", {**base, "part": item["content"][0]}))
-        out.append(self._event("response.output_item.done", {"output_index": self._message_index, "item": item}))
-
-    def _close_calls(self, out: list[bytes]) -> None:
-        for n, (index, call_id, name, pieces) in enumerate(self._calls.values()):
-            arguments = "".join(pieces)
-            item = self._output[index] = _call_item(self._id, n, call_id, name, arguments, "completed")
-            out.append(self._event("response.function_call_arguments.done", {
-                "item_id": item["id"], "output_index": index, "name": name, "arguments": arguments}))
-            out.append(self._event("response.output_item.done", {"output_index": index, "item": item}))
-
-    def finish(self) -> list[bytes]:
-        """The chat stream ended with [DONE]: close the open items, then response.completed (or .incomplete)."""
-        out: list[bytes] = [] if self._started else self.start()
-        if self.ended:
-            return out
-        if self._text is None and not self._calls:
-            self._open_message(out)  # an empty answer is still one (empty) message
-        self._close_message(out)
-        self._close_calls(out)
-        status = status_of(self._finish)
-        if self._usage is None:
-            self._usage = {}
-        response = self._snapshot(status)
-        out.append(self._event("response.completed" if status == "completed" else "response.incomplete",
-                               {"response": response}))
-        self.ended = True
-        text = "".join(self._text or ())
-        calls = [(c[1], c[2], "".join(c[3])) for c in self._calls.values()]
-        self.result = (response, assistant_message(text, calls))
-        return out
-
-    def fail(self, message: str, code: str = "server_error") -> list[bytes]:
-        """The stream broke: `response.failed` with the error, and no further events."""
-        out: list[bytes] = [] if self._started else self.start()
-        if self.ended:
-            return out
-        self.ended = True
-        self.error = message
-        error = {"code": code, "message": message}
-        out.append(self._event("response.failed", {"response": self._snapshot("failed", error)}))
-        return out

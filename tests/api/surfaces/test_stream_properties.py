@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from sits.translate.anthropic_upstream import AnthropicToChat
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
-from sits.translate.messages import MessagesStream
-from sits.translate.responses import ResponsesStream
+from sits.translate.messages_stream import MessagesStream
+from sits.translate.responses_stream import ResponsesStream
 from sits.translate.sse import SseSplitter
 
 pieces = st.lists(st.text(min_size=1, max_size=8), max_size=5)
@@ -135,7 +135,8 @@ def test_every_chat_stream_is_a_valid_messages_event_sequence_and_translates_bac
     chat = b"".join(back.feed(raw[a:b]) for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True))
     deltas = [d for d in ChatStreamReader().feed(chat)]
     assert isinstance(deltas[-1], StreamEnd) and deltas[-1].error is None
-    said = [ChatDelta(text=d) if isinstance(d, str) else d for d in deltas if isinstance(d, str | ChatDelta)]
+    said = [ChatDelta(text=orjson.loads(b'"' + b"".join(d) + b'"')) if isinstance(d, list) else d for d in deltas
+            if isinstance(d, list | ChatDelta)]
     assert "".join(d.text for d in said) == stream["text"]
     assert "".join(d.reasoning for d in said) == stream["reasoning"]
     calls: dict[int, list[Any]] = {}

@@ -1,0 +1,215 @@
+"""Chat SSE chunks in, Responses API events out, one chunk at a time (docs/responses-and-messages.md).
+
+Events are written as bytes from templates, not built as objects and dumped: the text pieces the
+chat reader slices out (`translate/chat_stream.py`) go into them as they are, the fields of the
+response that restate the request are serialised once, and each output item is kept as the JSON it
+was last sent as. The response object itself (`result`, for the response store) is read back from
+the closing event's bytes only when asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sits.errors import UpstreamProtocolError
+from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
+from sits.translate.responses import assistant_message, call_item, incomplete_details, response_fields, status_of
+from sits.translate.usage import responses_usage
+
+_OPENED = (b'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":%b}\n\n'
+           b'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":1,"response":%b}\n\n')
+_ITEM_ADDED = (b'event: response.output_item.added\ndata: {"type":"response.output_item.added","sequence_number":%d,'
+               b'"output_index":%d,"item":%b}\n\n')
+_PART_ADDED = (b'event: response.content_part.added\ndata: {"type":"response.content_part.added","sequence_number":%d,'
+               b'"item_id":"%b","output_index":%d,"content_index":0,'
+               b'"part":{"type":"output_text","text":"","annotations":[]}}\n\n')
+# one per streamed piece; the item id and output index are filled in once per message
+_TEXT_DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":%%d,'
+               b'"item_id":"%b","output_index":%d,"content_index":0,"delta":"%%b","logprobs":[]}\n\n')
+_TEXT_DONE = (b'event: response.output_text.done\ndata: {"type":"response.output_text.done","sequence_number":%d,'
+              b'"item_id":"%b","output_index":%d,"content_index":0,"text":%b,"logprobs":[]}\n\n')
+_PART = b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}'
+_PART_DONE = (b'event: response.content_part.done\ndata: {"type":"response.content_part.done","sequence_number":%d,'
+              b'"item_id":"%b","output_index":%d,"content_index":0,"part":%b}\n\n')
+_MESSAGE_DONE = b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":[%b]}'
+_ITEM_DONE = (b'event: response.output_item.done\ndata: {"type":"response.output_item.done","sequence_number":%d,'
+              b'"output_index":%d,"item":%b}\n\n')
+_ARGUMENTS_DELTA = (b'event: response.function_call_arguments.delta\ndata: {"type":"response.function_call_arguments'
+                    b'.delta","sequence_number":%d,"item_id":"%b","output_index":%d,"delta":%b}\n\n')
+_CLOSED = b'event: %b\ndata: {"type":"%b","sequence_number":%d,"response":%b}\n\n'
+_RESPONSE = (b'{"id":%b,"object":"response","created_at":%d,"status":"%b","model":%b,"output":[%b],"error":%b,'
+             b'"incomplete_details":%b,%b,"usage":%b}')
+_MESSAGE_OPEN = b'{"type":"message","id":"%b","status":"in_progress","role":"assistant","content":[]}'
+_FUNCTION_ARGUMENTS_DONE = (b'event: response.function_call_arguments.done\ndata: {"type":"response.function_call_'
+                            b'arguments.done","sequence_number":%d,"item_id":"%b","output_index":%d,"name":%b,'
+                            b'"arguments":%b}\n\n')
+
+
+class ResponsesStream:
+    """Chat SSE bytes in, Responses SSE events out. Feed every chunk; `fail()` on a broken stream.
+    `result` is the final response object and the assistant's chat message once the stream ended well."""
+
+    __slots__ = ("_id", "_message_id", "_created", "_request", "_model", "_fields", "_reader", "_sequence",
+                 "_started", "_text", "_text_delta", "_message_index", "_message_done", "_calls", "_output",
+                 "_finish", "_usage", "_final", "ended", "error")
+
+    def __init__(self, response_id: str, created: int, request: dict[str, Any], source: str = "upstream") -> None:
+        self._id = response_id
+        self._message_id = b"msg_" + response_id[5:].encode()
+        self._created = created
+        self._request = request
+        self._model = request["model"]
+        self._fields = orjson.dumps(response_fields(request))[1:-1]
+        self._reader = ChatStreamReader(source)
+        self._sequence = 0
+        self._started = False
+        self._text: list[bytes] | None = None  # the open message item's text pieces (JSON-escaped)
+        self._text_delta = b""  # the open message's delta event template
+        self._message_index = -1
+        self._message_done = False
+        self._calls: dict[int, list[Any]] = {}  # chat tool index -> [output index, item id, call id, name, [args]]
+        self._output: list[bytes] = []  # each output item as the JSON last sent of it
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._final = b""  # the closing event's response
+        self.ended = False
+        self.error: str | None = None  # why the stream failed, once it did
+
+    def _response(self, status: bytes, usage: bytes = b"null", incomplete: bytes = b"null",
+                  error: bytes = b"null") -> bytes:
+        return _RESPONSE % (orjson.dumps(self._id), self._created, status, orjson.dumps(self._model),
+                            b",".join(self._output), error, incomplete, self._fields, usage)
+
+    @property
+    def result(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(the response object, the answer as a chat message), once the stream ended well."""
+        if not self._final:
+            return None
+        try:
+            text = orjson.loads(b'"' + b"".join(self._text) + b'"') if self._text else ""
+        except orjson.JSONDecodeError:  # a piece sliced out of an event that was not JSON
+            raise UpstreamProtocolError("the upstream's text is not a valid JSON string") from None
+        calls = [(c[2], c[3], "".join(c[4])) for c in self._calls.values()]
+        return orjson.loads(self._final), assistant_message(text, calls)
+
+    def start(self) -> list[bytes]:
+        self._started = True
+        self._sequence = 2
+        snapshot = self._response(b"in_progress")
+        return [_OPENED % (snapshot, snapshot)]
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out = [] if self._started else self.start()
+        for item in self._reader.feed(chunk):
+            if self.ended:
+                break
+            if type(item) is list:  # pieces of text: most of a stream
+                self._text_pieces(item, out)
+            elif type(item) is StreamEnd:
+                out += self.finish() if item.error is None else self.fail(item.error, item.code or "upstream_error")
+            else:
+                self._delta(item, out)  # type: ignore[arg-type]
+        return out
+
+    def _text_pieces(self, pieces: list[bytes], out: list[bytes]) -> None:
+        if self._text is None:
+            self._open_message(out)
+            assert self._text is not None
+        self._text += pieces
+        sequence = self._sequence
+        self._sequence = sequence + len(pieces)
+        # formatted by C-level calls, no Python frame per piece
+        out.append(b"".join(map(self._text_delta.__mod__, zip(range(sequence, self._sequence), pieces))))
+
+    def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
+        if delta.model and self._model == self._request["model"]:
+            self._model = delta.model
+        if delta.text:
+            self._text_pieces([text_piece(delta.text)], out)
+        for tool in delta.tools:
+            call = self._calls.get(tool.index)
+            if call is None:
+                self._close_message(out)
+                index = len(self._output)
+                item = call_item(self._id, len(self._calls), tool.id or f"call_{tool.index}", tool.name or "", "",
+                                 "in_progress")
+                call = self._calls[tool.index] = [index, item["id"].encode(), item["call_id"], item["name"], []]
+                self._output.append(orjson.dumps(item))
+                out.append(_ITEM_ADDED % (self._sequence, index, self._output[index]))
+                self._sequence += 1
+            elif tool.name and not call[3]:
+                call[3] = tool.name
+            if tool.arguments:
+                call[4].append(tool.arguments)
+                out.append(_ARGUMENTS_DELTA % (self._sequence, call[1], call[0], orjson.dumps(tool.arguments)))
+                self._sequence += 1
+        if delta.finish is not None:
+            self._finish = delta.finish
+        if delta.usage is not None:
+            self._usage = delta.usage
+
+    def _open_message(self, out: list[bytes]) -> None:
+        self._text = []
+        index = self._message_index = len(self._output)
+        self._text_delta = _TEXT_DELTA % (self._message_id, index)
+        item = _MESSAGE_OPEN % self._message_id
+        self._output.append(item)
+        sequence = self._sequence
+        self._sequence += 2
+        out.append(_ITEM_ADDED % (sequence, index, item) + _PART_ADDED % (sequence + 1, self._message_id, index))
+
+    def _close_message(self, out: list[bytes]) -> None:
+        if self._text is None or self._message_done:
+            return
+        self._message_done = True
+        literal = b'"' + b"".join(self._text) + b'"'
+        index, sequence = self._message_index, self._sequence
+        self._sequence += 3
+        part = _PART % literal
+        item = self._output[index] = _MESSAGE_DONE % (self._message_id, part)
+        out.append(_TEXT_DONE % (sequence, self._message_id, index, literal)
+                   + _PART_DONE % (sequence + 1, self._message_id, index, part)
+                   + _ITEM_DONE % (sequence + 2, index, item))
+
+    def _close_calls(self, out: list[bytes]) -> None:
+        for n, (index, item_id, call_id, name, pieces) in enumerate(self._calls.values()):
+            arguments = "".join(pieces)
+            item = self._output[index] = orjson.dumps(call_item(self._id, n, call_id, name, arguments, "completed"))
+            sequence = self._sequence
+            self._sequence += 2
+            out.append(_FUNCTION_ARGUMENTS_DONE % (sequence, item_id, index, orjson.dumps(name), orjson.dumps(arguments))
+                       + _ITEM_DONE % (sequence + 1, index, item))
+
+    def finish(self) -> list[bytes]:
+        """The chat stream ended with [DONE]: close the open items, then response.completed (or .incomplete)."""
+        out: list[bytes] = [] if self._started else self.start()
+        if self.ended:
+            return out
+        if self._text is None and not self._calls:
+            self._open_message(out)  # an empty answer is still one (empty) message
+        self._close_message(out)
+        self._close_calls(out)
+        status = status_of(self._finish)
+        details = incomplete_details(status, self._finish)
+        self._final = self._response(status.encode(), orjson.dumps(responses_usage(self._usage or {})),
+                                     b"null" if details is None else orjson.dumps(details))
+        name = b"response.completed" if status == "completed" else b"response.incomplete"
+        out.append(_CLOSED % (name, name, self._sequence, self._final))
+        self._sequence += 1
+        self.ended = True
+        return out
+
+    def fail(self, message: str, code: str = "server_error") -> list[bytes]:
+        """The stream broke: `response.failed` with the error, and no further events."""
+        out: list[bytes] = [] if self._started else self.start()
+        if self.ended:
+            return out
+        self.ended = True
+        self.error = message
+        error = orjson.dumps({"code": code, "message": message})
+        out.append(_CLOSED % (b"response.failed", b"response.failed", self._sequence,
+                              self._response(b"failed", error=error)))
+        self._sequence += 1
+        return out

@@ -1,0 +1,72 @@
+"""The chat stream reader's learnt shape: text-only events it slices without parsing say exactly what
+parsing them says, whatever the text (quotes, backslashes, escapes a server writes its own way), and
+an event of another shape in the middle of a run is read for what it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
+
+
+def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 5, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def read(wire: bytes, cuts: list[int] | None = None) -> tuple[str, list[Any]]:
+    """(the text, the other items) the reader makes of `wire` fed in pieces cut at `cuts`."""
+    reader = ChatStreamReader()
+    bounds = sorted(c % (len(wire) + 1) for c in cuts or [])
+    items = [i for a, b in zip([0, *bounds], [*bounds, len(wire)], strict=True) for i in reader.feed(wire[a:b])]
+    text = "".join(orjson.loads(b'"' + b"".join(i) + b'"') if isinstance(i, list) else i.text
+                   for i in items if isinstance(i, list | ChatDelta))
+    return text, [i for i in items if not isinstance(i, list)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=12), st.lists(st.integers(0, 5000), max_size=8))
+def test_text_events_say_the_same_sliced_or_parsed(pieces, cuts):
+    wire = event({"role": "assistant", "content": ""}) + b"".join(event({"content": p}) for p in pieces) \
+        + event({}, "stop") + b"data: [DONE]\n\n"
+    text, others = read(wire, cuts)
+    assert text == "".join(pieces)
+    assert [o.finish for o in others if isinstance(o, ChatDelta)] == [None, "stop"]
+    assert others[-1] == StreamEnd()
+
+
+@pytest.mark.parametrize("written", [
+    rb'caf\u00e9',  # an escape orjson would not write
+    rb'a\/b',
+    rb'say \"hi\"',  # quotes in the text: parsed, not sliced
+    rb'back\\',  # a text ending in a backslash
+    rb'tab\there',
+])
+def test_texts_written_another_way_come_through(written):
+    first = event({"content": "Hello"})
+    other = first.replace(b'"Hello"', b'"' + written + b'"')
+    text, _ = read(first + other + other + b"data: [DONE]\n\n")
+    assert text == "Hello" + 2 * orjson.loads(b'"' + written + b'"')
+
+
+def test_an_event_of_another_shape_inside_a_run_is_read_for_what_it_is():
+    wire = (event({"content": "a"}) + event({"content": "b"}) + event({"content": "c"}, usage={"prompt_tokens": 3})
+            + event({"content": "d"}) + event({"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f"}}]})
+            + event({"content": "e"}) + b": keep-alive\n\n" + event({"content": "f"}) + b"data: [DONE]\n\n")
+    text, others = read(wire)
+    assert text == "abcdef"
+    assert [o.usage for o in others if isinstance(o, ChatDelta) and o.usage] == [{"prompt_tokens": 3}]
+    assert [o.tools[0].name for o in others if isinstance(o, ChatDelta) and o.tools] == ["f"]
+
+
+def test_crlf_line_ends_and_an_error_event():
+    wire = (event({"content": "x"}) + event({"content": "y"})).replace(b"\n", b"\r\n") \
+        + b'data: {"error":{"message":"engine died","code":"boom"}}\r\n\r\n'
+    text, others = read(wire, [7, 300])
+    assert text == "xy" and others == [StreamEnd("engine died", "boom")]
