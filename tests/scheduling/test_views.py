@@ -11,6 +11,7 @@ import orjson
 from sits.api.http_types import HttpRequest
 from sits.api.request_intake import RequestIntake
 from sits.api.schemas import CHAT_COMPLETION
+from sits.pipeline.context import Passthrough
 from sits.pipeline.pool_planner import PoolPlanner
 from sits.scheduling.scheduler import Scheduler
 from sits.state.circuit_breaker import CircuitBreakers
@@ -48,10 +49,11 @@ def test_the_routing_request_puts_every_part_in_its_field():
         "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7,
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}))
     request = HttpRequest("POST", "/v1/chat/completions", "", {"x-sits-sla-ms": "250"}, b"")
+    passthrough = Passthrough(b'{"model":"m","input":"hi"}')
     routing = RequestIntake.routing("/chat/completions", CHAT_COMPLETION, body, False, request, "rid-1", "hi",
-                                    0, "scope-1", NO_TRACE)
+                                    0, "scope-1", NO_TRACE, passthrough)
     assert routing._asdict() == {
         "api": "/chat/completions", "model": "m", "stream": False, "request_id": "rid-1", "prompt_text": "hi",
         "priority": 0, "tenant": None, "cache_scope": "scope-1", "trace": NO_TRACE, "needs": frozenset({"tools"}),
-        "max_tokens": 7, "sla_ms": 250.0,
+        "max_tokens": 7, "sla_ms": 250.0, "passthrough": passthrough,
     }

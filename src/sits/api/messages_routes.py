@@ -51,11 +51,11 @@ class MessagesRoutes:
         message_id = "msg_" + os.urandom(12).hex()
         headers = started.answer.headers()
         if stream:
-            translator = MessagesStream(message_id, body["model"], started.answer.source)
+            translator = MessagesStream(message_id, body["model"], started.answer.source, body.get("stop_sequences"))
             return StreamingResponse(200, self._path.relay(started, translator), headers=headers)
         completion = await self._path.read(started)
-        return HttpResponse(200, orjson.dumps(wire.message_object(completion, message_id, body["model"])),
-                            headers=headers)
+        message = wire.message_object(completion, message_id, body["model"], body.get("stop_sequences"))
+        return HttpResponse(200, orjson.dumps(message), headers=headers)
 
     async def count_tokens(self, request: HttpRequest, request_id: str) -> HttpResponse:
         """Counted with the model's tokenizer (the token bridge's catalog); an estimate, said so in

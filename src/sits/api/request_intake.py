@@ -12,7 +12,7 @@ from sits.api.http_types import HttpRequest
 from sits.api.schemas import BodySchema, max_tokens_of, sla_ms_of
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
-from sits.pipeline.context import RoutingRequest
+from sits.pipeline.context import Passthrough, RoutingRequest
 from sits.pipeline.director import Director
 from sits.telemetry.tracing import Trace
 
@@ -42,8 +42,9 @@ class RequestIntake:
     @staticmethod
     def routing(api: str, schema: BodySchema[Any], body: dict[str, Any], stream: bool, request: HttpRequest,
                 request_id: str, prompt_text: str, priority: int, scope: str,
-                trace: Trace) -> RoutingRequest:
-        """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed."""
+                trace: Trace, passthrough: Passthrough | None = None) -> RoutingRequest:
+        """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed. `passthrough`:
+        the client's Responses body, for endpoints that declare the Responses API."""
         # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
         return RoutingRequest(api, body["model"], stream, request_id, prompt_text, priority, None, scope, trace,
-                              schema.needs(body), max_tokens_of(body), sla_ms_of(request.headers))
+                              schema.needs(body), max_tokens_of(body), sla_ms_of(request.headers), passthrough)

@@ -6,9 +6,12 @@
     GET    /v1/responses/{id}/input_items      what it was asked
 
 A create is translated to a chat completion (`sits.translate.responses`) and goes the one request
-path (`api/surface_path.py`). With `store` (the default) the response, its input items and the
-conversation so far (in chat form) are kept in the response store, so `previous_response_id` works
-on any replica that shares it.
+path (`api/surface_path.py`); an endpoint that declares `api: responses` is sent the client's own body
+instead and its answer relayed unchanged (`sits.translate.responses_passthrough`). With `store` (the
+default) the response, its input items and the conversation so far (in chat form) are kept in the
+response store, so `previous_response_id` works on any replica that shares it. A
+`previous_response_id` the store does not know is left in the body for such an endpoint to continue;
+any other endpoint answers it 404.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import orjson
 
 from sits.api.auth import DataPlaneKeys
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
-from sits.api.surface_path import SurfacePath
+from sits.api.surface_path import Started, SurfacePath, passed_through
 from sits.errors import InvalidRequest, MethodNotAllowed, NotFound, SitsError
+from sits.pipeline.context import Passthrough
 from sits.state.response_store import ResponseStore
 from sits.translate import responses as wire
+from sits.translate import responses_passthrough as passthrough
 from sits.translate.responses_stream import ResponsesStream
 
 log = logging.getLogger("sits.responses")
@@ -49,15 +54,20 @@ class ResponsesRoutes:
         try:
             body = wire.validate(_json(request.body))
             stream = body.get("stream") is True
-            history = await self._history(body.get("previous_response_id"))
-            chat, items = wire.chat_request(body, history, stream)
+            previous = body.get("previous_response_id")
+            history = await self._history(previous)
+            chat, items = wire.chat_request(body, history or [], stream)
+            own = Passthrough(passthrough.upstream_body(request.body, body, history if previous else None),
+                              previous if previous is not None and history is None else None)
         except SitsError as exc:
             self._path.bad_input(exc)
             raise
-        started = await self._path.run(request, request_id, "/responses", chat, stream)
-        response_id, created = new_response_id(), int(time.time())
+        started = await self._path.run(request, request_id, "/responses", chat, stream, own)
         store = body.get("store", True) is not False
         asked = chat["messages"][1:] if body.get("instructions") else chat["messages"]  # history + this input
+        if passed_through(started.answer):
+            return await self._relayed(started, stream, store, items, asked)
+        response_id, created = new_response_id(), int(time.time())
         headers = started.answer.headers()
         if stream:
             translator = ResponsesStream(response_id, created, body, started.answer.source)
@@ -78,6 +88,29 @@ class ResponsesRoutes:
         if store:
             await self._keep(response_id, result, items, asked)
         return HttpResponse(200, orjson.dumps(result[0]), headers=headers)
+
+    async def _relayed(self, started: Started, stream: bool, store: bool, items: list[dict[str, Any]],
+                       asked: list[dict[str, Any]]) -> HttpResponse | StreamingResponse:
+        """An upstream that speaks the Responses API answered: its answer goes to the client as it came,
+        and is stored under the upstream's own response id (so the next turn finds it on any replica)."""
+        headers = started.answer.headers()
+
+        async def keep(response: dict[str, Any]) -> None:
+            response_id = response.get("id")
+            if not store or not isinstance(response_id, str) or not response_id:
+                return
+            try:
+                await self._keep(response_id, (response, passthrough.said(response)), items, asked)
+            except SitsError as exc:  # the answer is on its way already: it is not held back
+                log.warning("response %s was not stored: %s", response_id, exc.message)
+
+        if stream:
+            return StreamingResponse(200, self._path.relay_passthrough(started, keep), headers=headers)
+        payload, parsed = await self._path.read_passthrough(started)
+        response_id = parsed.get("id") if isinstance(parsed, dict) else None
+        if store and isinstance(response_id, str) and parsed.get("status") in ("completed", "incomplete"):
+            await self._keep(response_id, (parsed, passthrough.said(parsed)), items, asked)
+        return HttpResponse(200, payload, headers=headers)
 
     async def resource(self, request: HttpRequest, request_id: str) -> HttpResponse:
         """GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items."""
@@ -102,11 +135,13 @@ class ResponsesRoutes:
                 "last_id": data[-1]["id"] if data else None, "has_more": False}
         return HttpResponse(200, orjson.dumps(page))
 
-    async def _history(self, previous: str | None) -> list[dict[str, Any]]:
+    async def _history(self, previous: str | None) -> list[dict[str, Any]] | None:
+        """The stored conversation `previous` continues; None when there is none or the store does not know
+        it (then only an upstream that speaks the Responses API may continue it)."""
         if previous is None:
-            return []
-        record = await self._record(previous, "previous_response_id")
-        return list(record["conversation"])
+            return None
+        raw = await self._store.get(previous)
+        return list(orjson.loads(raw)["conversation"]) if raw is not None else None
 
     async def _record(self, response_id: str, param: str) -> dict[str, Any]:
         raw = await self._store.get(response_id)

@@ -1,11 +1,15 @@
 """The one request path for the surfaces translated to chat completions (`/v1/responses`,
 `/v1/messages`): the translated body is validated as a chat body, goes through `RequestIntake` and
 `Director.run`, and the `Answer` comes back translated, so routing, admission, fallback, the cache
-steps, workflows, metrics and tracing apply unchanged."""
+steps, workflows, metrics and tracing apply unchanged.
+
+A `/v1/responses` request also carries its own body (`Passthrough`): an endpoint that declares
+`api: responses` is sent that instead, and its answer is relayed as it came (`read_passthrough`,
+`relay_passthrough`), read only for what the request observer and the response store need."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
 import orjson
@@ -19,7 +23,10 @@ from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.answer import Answer
 from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json
+from sits.pipeline.context import Passthrough
 from sits.pipeline.director import Director
+from sits.translate.responses_passthrough import ResponsesTap, failed_event
+from sits.translate.usage import chat_usage_from_responses
 
 CHAT_API = "/chat/completions"
 CLIENT_GONE = 499
@@ -32,6 +39,13 @@ class StreamTranslator(Protocol):
     def feed(self, chunk: bytes) -> list[bytes]: ...
 
     def fail(self, message: str, code: str) -> list[bytes]: ...
+
+
+def passed_through(answer: Answer) -> bool:
+    """Whether an endpoint that speaks the Responses API answered: it was sent the request's `Passthrough`
+    body, and its answer is a Responses one (a cache hit, a workflow or any other endpoint answers in chat)."""
+    endpoint = getattr(answer, "endpoint", None)  # an upstream exchange's
+    return endpoint is not None and endpoint.api == "responses"
 
 
 class Started(NamedTuple):
@@ -53,8 +67,9 @@ class SurfacePath:
         self._observer.metrics.failed(UNKNOWN_MODEL, error.http_status)
 
     async def run(self, request: HttpRequest, request_id: str, surface: str, chat: dict[str, Any],
-                  stream: bool) -> Started:
-        """Route the translated chat body; the answer, the request's observation and its prompt text."""
+                  stream: bool, passthrough: Passthrough | None = None) -> Started:
+        """Route the translated chat body (and `passthrough`, the surface's own body for endpoints that
+        speak its API); the answer, the request's observation and its prompt text."""
         raw = orjson.dumps(chat)
         try:
             body = CHAT_COMPLETION.parse(raw)
@@ -68,7 +83,7 @@ class SurfacePath:
         if self._tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
             await self._tenants.admit(seen, request, model, body, prompt)
         routing = self._intake.routing(CHAT_API, CHAT_COMPLETION, body, stream, request, request_id, prompt, priority,
-                                       scope, seen.trace)
+                                       scope, seen.trace, passthrough)
         try:
             answer = await self._director.run(routing, raw)
         except SitsError as exc:
@@ -135,3 +150,59 @@ class SurfacePath:
             answer.close(status == 200)
         if status == 200 and accumulator is not None:
             self._director.remember(answer, accumulator.result())
+
+    async def read_passthrough(self, started: Started) -> tuple[bytes, Any]:
+        """A passed-through answer: its bytes as they came, and parsed (None when it is not JSON),
+        recorded with its usage. Not kept for the cache steps, which hold chat completions."""
+        answer, seen, prompt = started
+        try:
+            payload = await answer.read()
+        except SitsError as exc:
+            seen.failed(exc, prompt)
+            raise
+        try:
+            parsed = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            parsed = None
+        raw = _usage_event(parsed.get("usage") if isinstance(parsed, dict) else None)
+        seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                    answer.usage(raw), prompt=prompt, raw_usage=raw)
+        return payload, parsed
+
+    async def relay_passthrough(self, started: Started,
+                                on_complete: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+                                ) -> AsyncIterator[bytes]:
+        """A passed-through stream, relayed as it comes; `on_complete` gets the response it closes with
+        (completed or incomplete) before the client sees that event. A stream that breaks, or ends
+        without closing, ends with `response.failed`."""
+        answer, seen, prompt = started
+        tap = ResponsesTap(answer.source)
+        status, error = CLIENT_GONE, "client closed the stream"
+        try:
+            try:
+                async for chunk in answer.chunks(True):
+                    if tap.feed(chunk) and tap.response is not None and on_complete is not None:
+                        await on_complete(tap.response)  # stored before the client sees the end
+                    yield chunk
+                if not tap.ended and tap.end() and tap.response is not None and on_complete is not None:
+                    await on_complete(tap.response)
+                if not tap.ended:
+                    raise UpstreamProtocolError(f"upstream {answer.source} ended the stream without closing the "
+                                                "response")
+                status, error = (200, None) if tap.error is None else (502, tap.error)
+            except SitsError as exc:
+                if tap.response is None:  # after the closing event, what breaks is no longer the answer
+                    status, error = exc.http_status, exc.message
+                    yield failed_event(tap.response_id, exc.message, exc.code)
+                else:
+                    status, error = 200, None
+        finally:
+            raw = _usage_event(tap.response.get("usage") if tap.response is not None else None)
+            seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                        answer.usage(raw), status=status, prompt=prompt, error=error, raw_usage=raw)
+            answer.close(status == 200)
+
+
+def _usage_event(usage: Any) -> bytes:
+    """A Responses usage object as the chat usage the observer and the key gate read; empty if none."""
+    return orjson.dumps({"usage": chat_usage_from_responses(usage)}) if isinstance(usage, dict) else b""

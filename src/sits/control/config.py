@@ -50,9 +50,10 @@ class EndpointConfig(Strict):
     api_key_env: str | None = None
     weight: PositiveFloat = 1.0
     timeouts: TimeoutsConfig = TimeoutsConfig()
-    # The HTTP API the endpoint speaks: OpenAI's (chat/completions) or Anthropic's (/v1/messages, translated
-    # both ways in the send step; docs/responses-and-messages.md)
-    api: Literal["openai", "anthropic"] = "openai"
+    # The HTTP API the endpoint speaks: OpenAI's (chat/completions), Anthropic's (/v1/messages, translated
+    # both ways in the send step) or OpenAI's with the Responses API too (/v1/responses requests passed
+    # through as sent; docs/responses-and-messages.md)
+    api: Literal["openai", "anthropic", "responses"] = "openai"
     price: PriceConfig | None = None  # this endpoint's own price (a provider's); unset: the model's
 
     @field_validator("url")

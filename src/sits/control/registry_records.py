@@ -27,7 +27,7 @@ class EndpointRecord:
     upstream_model: str | None = None
     key_env: str | None = None
     timeouts: EndpointTimeouts = EndpointTimeouts()
-    api: str = "openai"  # the HTTP API it speaks: "openai" or "anthropic"
+    api: str = "openai"  # the HTTP API it speaks: "openai", "anthropic" or "responses"
     price: Price | None = None  # None: the model's
 
 

@@ -11,7 +11,8 @@
 - exact: a digest of the whole prompt; text: the last user turn, embedded for similarity.
 
 Not cacheable at all (None): `n` > 1 and log-probabilities, which a stored single text cannot
-replay, and bodies that are not a chat/completions request. `deterministic` (temperature == 0)
+replay, bodies that are not a chat/completions request, and a Responses request that continues a
+conversation SITS does not hold (its chat body lacks the earlier turns). `deterministic` (temperature == 0)
 tells the config whether an opted-in route may serve it; see `SemanticCacheConfig.allows`.
 """
 
@@ -44,7 +45,7 @@ def cache_scope(tenant: str | None, api_key: str | None) -> str:
 def build_cache_key(request: RoutingRequest, body: bytes, scope: str) -> CacheKey | None:
     """The key for `body` (the client's JSON as received), or None when it cannot be cached."""
     prompt_field = _PROMPT_FIELDS.get(request.api)
-    if prompt_field is None:
+    if prompt_field is None or (request.passthrough is not None and request.passthrough.unknown_previous):
         return None
     try:
         payload = orjson.loads(body)

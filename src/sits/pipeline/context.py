@@ -7,6 +7,16 @@ from typing import NamedTuple
 from sits.telemetry.tracing import NO_TRACE, Trace
 
 
+class Passthrough(NamedTuple):
+    """A `/v1/responses` request as the client sent it, for endpoints that declare `api: responses`
+    (the send step sends `body` to their `/responses` instead of the chat body)."""
+
+    body: bytes  # the Responses body (`previous_response_id` expanded when SITS stored that response)
+    # A `previous_response_id` SITS does not know, kept in `body` for the upstream: only an endpoint that
+    # speaks the Responses API may answer it (any other is refused with 404 naming the field).
+    unknown_previous: str | None = None
+
+
 class RoutingRequest(NamedTuple):
     """Frozen description of a request; built once at the HTTP edge (a named tuple: built on every
     request, and a frozen dataclass's __init__ costs several times a tuple's).
@@ -27,3 +37,4 @@ class RoutingRequest(NamedTuple):
     needs: frozenset[str] = frozenset()  # "tools", "vision", "json"
     max_tokens: int = 0  # 0: the client did not say
     sla_ms: float | None = None  # the request's own latency bound (x-sits-sla-ms)
+    passthrough: Passthrough | None = None  # a Responses request, for endpoints that speak that API

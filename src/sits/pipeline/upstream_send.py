@@ -1,7 +1,9 @@
 """The execute stage's one step: send a request to one endpoint and start the exchange.
 
 The fallback chain calls this for every attempt; it records what the attempt tells the live stats and
-the adaptive concurrency limits, and opens the attempt's span.
+the adaptive concurrency limits, and opens the attempt's span. A `/v1/responses` request goes to an
+endpoint that declares `api: responses` as the client's Responses body (`RoutingRequest.passthrough`),
+to any other endpoint as its chat translation.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from collections.abc import Callable
 import orjson
 
 from sits.backends.openai_upstream import OpenAIUpstream
-from sits.errors import UpstreamStatusError, UpstreamTimeout
+from sits.errors import NotFound, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
-from sits.pipeline.context import RoutingRequest
+from sits.pipeline.context import Passthrough, RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint
 from sits.telemetry.tracing import end_span
+
+RESPONSES_API = "/responses"
 
 
 class UpstreamSend:
@@ -31,18 +35,22 @@ class UpstreamSend:
         self.hints: SchedulingHints | None = None  # token-level translation to another family (set at startup)
 
     async def send(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
+        api = request.api
+        passed = request.passthrough is not None and _passes_through(endpoint, request.passthrough)
+        if passed:
+            api, body = RESPONSES_API, request.passthrough.body  # type: ignore[union-attr]
         if endpoint.upstream_model != request.model:
             body = _with_model(body, endpoint.upstream_model)
-        if self.hints is not None and model != request.model:
+        if self.hints is not None and model != request.model and not passed:
             body = self.hints.translated(request.model, model, request.prompt_text, body)  # another family?
         stats = self._stats.get(endpoint.id)
-        span, trace_headers = request.trace.attempt(request.api, endpoint.upstream_model, endpoint.host,
+        span, trace_headers = request.trace.attempt(api, endpoint.upstream_model, endpoint.host,
                                                      endpoint.port, endpoint.id, model)
         started = self._clock()
         stats.started()
         in_flight = stats.in_flight
         try:
-            response = await self._backend.send(endpoint, request.api.encode(), body, request.request_id,
+            response = await self._backend.send(endpoint, api.encode(), body, request.request_id,
                                                  trace_headers)
         except BaseException as exc:
             now = self._clock()
@@ -58,6 +66,18 @@ class UpstreamSend:
         exchange = Exchange(endpoint, model, "", response, stats, self._clock, started)
         exchange.span = span
         return exchange
+
+
+def _passes_through(endpoint: Endpoint, passthrough: Passthrough) -> bool:
+    """Whether the Responses body goes to `endpoint`; 404 naming `previous_response_id` when only such an
+    endpoint could continue the conversation (SITS does not know that response) and this one cannot."""
+    if endpoint.api == "responses":
+        return True
+    if passthrough.unknown_previous is not None:
+        raise NotFound(f"Response with id '{passthrough.unknown_previous}' not found (it was not stored, was "
+                       f"deleted, or expired), and endpoint {endpoint.id} does not speak the Responses API to "
+                       f"continue it itself", param="previous_response_id")
+    return False
 
 
 def _with_model(body: bytes, model: str) -> bytes:

@@ -36,7 +36,9 @@ class Endpoint:
     api_key: str | None = field(default=None, repr=False)  # resolved from the env var named in config
     guarded: bool = False  # registered through the control API: connect only to addresses the policy allows
     health_check_path: str | None = None
-    api: str = "openai"  # the HTTP API it speaks: "openai", or "anthropic" (translated in the send step)
+    # The HTTP API it speaks: "openai"; "anthropic" (translated in the send step); "responses" (OpenAI's,
+    # and /v1/responses requests are passed through to it as sent)
+    api: str = "openai"
     price: Price | None = None  # this endpoint's own price; None: its model's
 
     @property

@@ -150,9 +150,17 @@ def chat_completion(message: Any, created: int | None = None) -> dict[str, Any]:
         chat_message["thinking_blocks"] = thinking
     return {"id": "chatcmpl-" + str(message.get("id", "")), "object": "chat.completion",
             "created": created if created is not None else int(time.time()), "model": message.get("model"),
-            "choices": [{"index": 0, "message": chat_message, "logprobs": None,
-                         "finish_reason": FINISH.get(str(message.get("stop_reason")), "stop")}],
+            "choices": [_choice({"index": 0, "message": chat_message, "logprobs": None,
+                                 "finish_reason": FINISH.get(str(message.get("stop_reason")), "stop")}, message)],
             "usage": chat_usage_from_anthropic(message.get("usage"))}
+
+
+def _choice(choice: dict[str, Any], said: dict[str, Any]) -> dict[str, Any]:
+    """A finished choice naming the stop sequence Anthropic's answer (`said`) stopped on, as vLLM does
+    (`stop_reason`), so the Messages surface can say it again."""
+    if said.get("stop_reason") == "stop_sequence" and isinstance(said.get("stop_sequence"), str):
+        choice["stop_reason"] = said["stop_sequence"]
+    return choice
 
 
 def chat_error(body: bytes, status: int) -> bytes:
@@ -183,10 +191,10 @@ class AnthropicToChat:
         self.started = False  # message_start came (or was missing: then `missing_start`)
         self.missing_start = False  # the upstream began with another event: no input usage to report
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, said: dict[str, Any] | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return data_event({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                           "model": self._model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                              "finish_reason": finish}]})
+                           "model": self._model, "choices": [_choice(choice, said) if said else choice]})
 
     def feed(self, chunk: bytes) -> bytes:
         out: list[bytes] = []
@@ -239,9 +247,9 @@ class AnthropicToChat:
                                                         "function": {"arguments": delta.get("partial_json", "")}}]}))
         elif name == "message_delta":
             self._usage.update(data.get("usage") or {})
-            reason = (data.get("delta") or {}).get("stop_reason")
-            self._finish = FINISH.get(str(reason), "stop")
-            out.append(self._chunk({}, self._finish))
+            said = data.get("delta") or {}
+            self._finish = FINISH.get(str(said.get("stop_reason")), "stop")
+            out.append(self._chunk({}, self._finish, said))
         elif name == "message_stop":
             if self._finish is None:
                 out.append(self._chunk({}, "stop"))

@@ -41,6 +41,7 @@ class ChatDelta(NamedTuple):
     finish: str | None = None
     usage: dict[str, Any] | None = None
     model: str | None = None
+    stop: str | None = None  # with `finish`: the stop string matched, where the server says (see `matched_stop`)
 
 
 class StreamEnd(NamedTuple):
@@ -85,11 +86,22 @@ def chunk_delta(event: dict[str, Any]) -> ChatDelta:
         calls = delta.get("tool_calls")
         tools = tuple(_tool_delta(i, c) for i, c in enumerate(calls)) if calls else ()
         finish = choice.get("finish_reason")
+        stop = matched_stop(choice) if finish is not None else None
     except (AttributeError, TypeError, KeyError):
         return _NO_DELTA
     return _new_delta(ChatDelta, (text if type(text) is str else "", reasoning if type(reasoning) is str else "",
                                   tools, None if finish is None else str(finish),
-                                  usage if type(usage) is dict else None, model if type(model) is str else None))
+                                  usage if type(usage) is dict else None, model if type(model) is str else None, stop))
+
+
+def matched_stop(choice: dict[str, Any]) -> str | None:
+    """The stop string a finished choice stopped on, where the server names it: vLLM's `stop_reason`,
+    SGLang's `matched_stop` (SITS's Anthropic-API upstreams write `stop_reason` too). llama-server
+    does not say; a token id (an int) is no stop string."""
+    stop = choice.get("stop_reason")
+    if stop is None:
+        stop = choice.get("matched_stop")
+    return stop if type(stop) is str else None
 
 
 def _tool_delta(position: int, call: dict[str, Any]) -> ToolDelta:

@@ -2,8 +2,9 @@
 
 - `chat_request(body)`: a Messages create body as a chat/completions body.
 - `message_object(completion)`: a chat completion as a Messages `message`.
-- `stop_reason(finish)`: a chat finish_reason as a Messages stop_reason (`translate/messages_stream.py`
-  writes the stream).
+- `stop_of(finish, matched, stop_sequences)`: a chat finish_reason (and the stop string the server
+  says it matched) as a Messages stop_reason and stop_sequence (`translate/messages_stream.py` writes
+  the stream).
 
 Thinking passes through: `thinking` blocks of earlier assistant turns ride on the chat message as
 `reasoning_content` (the text) and `thinking_blocks` (the blocks as sent, signatures included); a
@@ -17,6 +18,7 @@ from typing import Any
 import orjson
 
 from sits.errors import InvalidRequest
+from sits.translate.chat_stream import matched_stop
 from sits.translate.usage import anthropic_usage
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
@@ -198,12 +200,20 @@ def chat_request(body: dict[str, Any], stream: bool) -> dict[str, Any]:
 
 
 def stop_reason(finish: str | None) -> str:
-    """A chat server that stopped on a stop string says only "stop": that is end_turn here, with
-    `stop_sequence` null (docs/responses-and-messages.md, limits)."""
     return STOP_REASONS.get(finish or "stop", "end_turn")
 
 
-def message_object(completion: Any, message_id: str, model: str) -> dict[str, Any]:
+def stop_of(finish: str | None, matched: str | None, stop_sequences: Any) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence): "stop_sequence" and the string when the chat server stopped on one of
+    the client's `stop_sequences` and says which (`chat_stream.matched_stop`); a server that says only
+    "stop" (llama-server) gives end_turn and null (docs/responses-and-messages.md, limits)."""
+    if matched is not None and (finish or "stop") == "stop" and isinstance(stop_sequences, list) \
+            and matched in stop_sequences:
+        return "stop_sequence", matched
+    return stop_reason(finish), None
+
+
+def message_object(completion: Any, message_id: str, model: str, stop_sequences: Any = None) -> dict[str, Any]:
     """A chat completion JSON object as an Anthropic `message`."""
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list) \
             or not completion["choices"] or not isinstance(completion["choices"][0], dict):
@@ -222,9 +232,10 @@ def message_object(completion: Any, message_id: str, model: str) -> dict[str, An
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": str(call.get("id") or ""), "name": str(function.get("name", "")),
                         "input": _arguments(function.get("arguments"))})
+    reason, sequence = stop_of(choice.get("finish_reason"), matched_stop(choice), stop_sequences)
     return {"id": message_id, "type": "message", "role": "assistant",
             "model": completion.get("model") if isinstance(completion.get("model"), str) else model,
-            "content": content, "stop_reason": stop_reason(choice.get("finish_reason")), "stop_sequence": None,
+            "content": content, "stop_reason": reason, "stop_sequence": sequence,
             "usage": anthropic_usage(completion.get("usage"))}
 
 

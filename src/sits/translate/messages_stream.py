@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
-from sits.translate.messages import stop_reason
+from sits.translate.messages import stop_of
 from sits.translate.sse import named_event
 from sits.translate.usage import anthropic_usage
 
@@ -35,8 +35,9 @@ _END = (b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_rea
 class MessagesStream:
     """Chat SSE bytes in, Messages events out. Feed every chunk; `fail()` on a broken stream."""
 
-    def __init__(self, message_id: str, model: str, source: str = "upstream") -> None:
+    def __init__(self, message_id: str, model: str, source: str = "upstream", stop_sequences: Any = None) -> None:
         self._id = message_id
+        self._stop_sequences = stop_sequences  # the client's: `stop_sequence` names one of them
         self._model = model
         self._reader = ChatStreamReader(source)
         self._started = False
@@ -45,6 +46,7 @@ class MessagesStream:
         self._text_delta = b""  # the open text block's delta events' head
         self._tools: dict[int, int] = {}  # chat tool index -> block index
         self._finish: str | None = None
+        self._stop: str | None = None  # the stop string matched, where the server says
         self._usage: dict[str, Any] | None = None
         self.ended = False
         self.error: str | None = None  # why the stream failed, once it did
@@ -105,7 +107,7 @@ class MessagesStream:
             if tool.arguments:
                 out.append(_ARGUMENTS_DELTA % (self._block, orjson.dumps(tool.arguments)))
         if delta.finish is not None:
-            self._finish = delta.finish
+            self._finish, self._stop = delta.finish, delta.stop
         if delta.usage is not None:
             self._usage = delta.usage
 
@@ -114,7 +116,8 @@ class MessagesStream:
         if self.ended:
             return out
         self._close(out)
-        out.append(_END % (stop_reason(self._finish).encode(), b"null", orjson.dumps(anthropic_usage(self._usage))))
+        reason, sequence = stop_of(self._finish, self._stop, self._stop_sequences)
+        out.append(_END % (reason.encode(), orjson.dumps(sequence), orjson.dumps(anthropic_usage(self._usage))))
         self.ended = True
         return out
 

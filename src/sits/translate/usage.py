@@ -48,3 +48,18 @@ def chat_usage_from_anthropic(usage: Any) -> dict[str, Any]:
     prompt = fresh + read + written
     return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output,
             "prompt_tokens_details": {"cached_tokens": read, "cache_creation_tokens": written}}
+
+
+def chat_usage_from_responses(usage: Any) -> dict[str, Any]:
+    """The Responses API's usage as chat usage (what the gateway records and bills)."""
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("input_tokens_details")
+    out_details = usage.get("output_tokens_details")
+    prompt, completion = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
+    chat: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                            "total_tokens": prompt + completion,
+                            "prompt_tokens_details": {"cached_tokens": _int(details.get("cached_tokens"))
+                                                      if isinstance(details, dict) else 0}}
+    if isinstance(out_details, dict):
+        chat["completion_tokens_details"] = {"reasoning_tokens": _int(out_details.get("reasoning_tokens"))}
+    return chat

@@ -20,12 +20,16 @@ class ScriptedUpstream:
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
         self.anthropic_status = 200  # an error status for /v1/messages when set
+        # With a stop string set: the answer stopped on it, and says so (chat: vLLM's `stop_reason`;
+        # Messages: stop_reason "stop_sequence" and `stop_sequence`).
+        self.stopped_on: str | None = None
         self._server = LoopbackServer()
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/responses", self._responses)
         await self._server.serve(app)
 
     async def stop(self) -> None:
@@ -63,16 +67,21 @@ class ScriptedUpstream:
                                                        "arguments": TOOL_ARGS}}]
             else:
                 message["content"] = "It is sunny."
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if wants_tool else "stop"}
+            if self.stopped_on is not None:
+                choice["stop_reason"] = self.stopped_on
             return web.json_response({
                 "id": "chatcmpl-s", "object": "chat.completion", "created": 1, "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if wants_tool else "stop"}],
-                "usage": usage})
+                "choices": [choice], "usage": usage})
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
 
         async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            if finish is not None and self.stopped_on is not None:
+                choice["stop_reason"] = self.stopped_on
             chunk = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                     "choices": [choice]}
             await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
 
         await send({"role": "assistant", "content": ""})
@@ -117,8 +126,8 @@ class ScriptedUpstream:
             else:
                 content.append({"type": "text", "text": "Bonjour."})
             return web.json_response({"id": "msg_up", "type": "message", "role": "assistant", "model": body["model"],
-                                      "content": content, "stop_reason": "tool_use" if wants_tool else "end_turn",
-                                      "stop_sequence": None, "usage": {**usage, "output_tokens": 9}})
+                                      "content": content, "stop_reason": self._stop_reason(wants_tool),
+                                      "stop_sequence": self.stopped_on, "usage": {**usage, "output_tokens": 9}})
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
 
@@ -144,9 +153,45 @@ class ScriptedUpstream:
             for piece in ("Bon", "jour."):
                 await send("content_block_delta", {"index": 1, "delta": {"type": "text_delta", "text": piece}})
         await send("content_block_stop", {"index": 1})
-        await send("message_delta", {"delta": {"stop_reason": "tool_use" if wants_tool else "end_turn"},
-                                     "usage": {"output_tokens": 9}})
+        await send("message_delta", {"delta": {"stop_reason": self._stop_reason(wants_tool),
+                                               "stop_sequence": self.stopped_on}, "usage": {"output_tokens": 9}})
         await send("message_stop", {})
         await response.write_eof()
         return response
 
+
+    def _stop_reason(self, wants_tool: bool) -> str:
+        return "tool_use" if wants_tool else "stop_sequence" if self.stopped_on is not None else "end_turn"
+
+    # -- the Responses API (an upstream that declares `api: responses`) ------------------------------
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """Answers with the input it was sent (as text) and a stream without `event:` lines, ending with
+        `response.failed` when the input says "fail"."""
+        body = await self._record(request)
+        said = orjson.dumps(body["input"]).decode()
+        response = {"id": f"resp_up{len(self.requests)}", "object": "response", "status": "completed",
+                    "model": body["model"], "output": [{"type": "message", "id": "msg_up", "role": "assistant",
+                                                        "status": "completed", "content": [
+                                                            {"type": "output_text", "text": said, "annotations": []}]}],
+                    "usage": {"input_tokens": 12, "output_tokens": 4, "total_tokens": 16,
+                              "input_tokens_details": {"cached_tokens": 2}},
+                    "scripted": True}
+        if not body.get("stream"):
+            return web.json_response(response)
+        stream = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await stream.prepare(request)
+        opened = {"id": response["id"], "object": "response", "status": "in_progress"}
+        events = [{"type": "response.created", "response": opened},
+                  {"type": "response.output_text.delta", "item_id": "msg_up", "delta": said}]
+        if "fail" in said:
+            events.append({"type": "response.failed", "response": {**opened, "status": "failed",
+                                                                   "error": {"code": "server_error",
+                                                                             "message": "scripted failure"}}})
+        else:
+            events.append({"type": "response.completed", "response": response})
+        data = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+        for i in range(0, len(data), 37):  # cut anywhere, as a network does
+            await stream.write(data[i:i + 37])
+        await stream.write_eof()
+        return stream

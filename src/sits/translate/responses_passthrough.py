@@ -1,0 +1,148 @@
+"""A `/v1/responses` request passed through to an upstream that speaks the Responses API itself
+(`api: responses`): the body it is sent, and what SITS reads from the answer, relayed unchanged, to
+store it (docs/responses-and-messages.md).
+
+- `upstream_body(raw, body, history)`: the client's bytes as sent; when SITS continues a conversation it
+  stored, `previous_response_id` expanded into input items (the earlier turns, then this input).
+- `said(response)`: a response object's output as the assistant chat message a later turn sends back.
+- `ResponsesTap`: watches a relayed Responses stream for the response it closes with.
+- `failed_event(...)`: the `response.failed` event that ends a passed-through stream that broke.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sits.translate.responses import assistant_message, input_items
+from sits.translate.sse import SseSplitter
+
+# The events that close a stream: True when they carry the response to store.
+_CLOSING = {"response.completed": True, "response.incomplete": True, "response.failed": False, "error": False}
+_TYPES = [(b'"type":"%b"' % kind.encode(), kind) for kind in _CLOSING]
+_OPENING = ("response.created", "response.in_progress")  # where the response id is first said
+
+
+def upstream_body(raw: bytes, body: dict[str, Any], history: list[dict[str, Any]] | None) -> bytes:
+    """What the upstream is sent: `raw` (the client's bytes) unless SITS expands `previous_response_id`
+    from the conversation it stored (`history`, chat messages)."""
+    if history is None:
+        return raw
+    expanded = {k: v for k, v in body.items() if k != "previous_response_id"}
+    expanded["input"] = [*chat_items(history), *input_items(body)]
+    return orjson.dumps(expanded)
+
+
+def chat_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages (a stored conversation) as Responses input items."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        role, content = message.get("role"), message.get("content")
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": message.get("tool_call_id", ""),
+                          "output": content if isinstance(content, str) else orjson.dumps(content).decode()})
+            continue
+        if role == "assistant":
+            if content:
+                items.append({"type": "message", "role": "assistant", "content": _text(content)})
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") or {}
+                items.append({"type": "function_call", "call_id": call.get("id", ""),
+                              "name": function.get("name", ""), "arguments": function.get("arguments", "")})
+            continue
+        if isinstance(content, list) and any(p.get("type") == "image_url" for p in content):
+            parts = [{"type": "input_image", "image_url": p["image_url"]["url"]} if p.get("type") == "image_url"
+                     else {"type": "input_text", "text": p.get("text", "")} for p in content]
+            items.append({"type": "message", "role": role, "content": parts})
+        else:
+            items.append({"type": "message", "role": role, "content": _text(content)})
+    return items
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def said(response: dict[str, Any]) -> dict[str, Any]:
+    """The response's output (messages' text, function calls) as one assistant chat message."""
+    text, calls = [], []
+    for item in response.get("output") or ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            text.extend(p.get("text", "") for p in item.get("content") or () if isinstance(p, dict)
+                        and p.get("type") == "output_text")
+        elif item.get("type") == "function_call":
+            calls.append((str(item.get("call_id", "")), str(item.get("name", "")), str(item.get("arguments", ""))))
+    return assistant_message("".join(text), calls)
+
+
+class ResponsesTap:
+    """Feed the relayed stream's chunks (they are relayed unchanged); `feed` says True once the stream
+    closed. Then `response` is the closing event's response object when it completed (or ended
+    incomplete), or `error` says why it failed. `response_id` is known from the first event."""
+
+    __slots__ = ("_splitter", "response_id", "response", "error", "ended")
+
+    def __init__(self, source: str = "upstream") -> None:
+        self._splitter = SseSplitter(source)
+        self.response_id: str | None = None
+        self.response: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.ended = False
+
+    def feed(self, chunk: bytes) -> bool:
+        if self.ended:
+            return False
+        for event in self._splitter.feed(chunk):
+            if self._event(event.name, event.data):
+                return True
+        return False
+
+    def end(self) -> bool:
+        """The upstream's bytes ended: a last event without its blank line still counts."""
+        return any(self._event(event.name, event.data) for event in self._splitter.end()) if not self.ended else False
+
+    def _event(self, name: str, data: bytes) -> bool:
+        if not name:  # no `event:` line: the type is in the data
+            name = next((kind for marker, kind in _TYPES if marker in data), "")
+            if not name and self.response_id is None and b'"response.created"' in data:
+                name = "response.created"
+        closing = _CLOSING.get(name)
+        if closing is None and (self.response_id is not None or name not in _OPENING):
+            return False
+        try:
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        response = payload.get("response") if isinstance(payload, dict) else None
+        if self.response_id is None and isinstance(response, dict) and isinstance(response.get("id"), str):
+            self.response_id = response["id"]
+        if closing is None:
+            return False
+        self.ended = True
+        if closing and isinstance(response, dict):
+            self.response = response
+        else:
+            self.error = _error_message(payload, response)
+        return True
+
+
+def _error_message(payload: Any, response: Any) -> str:
+    error = response.get("error") if isinstance(response, dict) else None
+    if error is None and isinstance(payload, dict):
+        error = payload.get("error", payload)
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error or "the upstream's stream failed")
+
+
+def failed_event(response_id: str | None, message: str, code: str) -> bytes:
+    response = {"id": response_id, "object": "response", "status": "failed", "output": [],
+                "error": {"code": code, "message": message}}
+    return b"event: response.failed\ndata: " + orjson.dumps({"type": "response.failed", "response": response}) + b"\n\n"
