@@ -4,6 +4,7 @@ a function the test writes: the chain never calls back into the director."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -131,3 +132,17 @@ async def test_a_plan_rejected_by_scheduling_moves_on_with_its_error():
     await chain(send).run(REQUEST, b"{}", [Plan(a, (), "primary", ModelNotCapable("no tools", param="model")),
                                            Plan(b, b.endpoints, "fallback")])
     assert send.calls == ["b/ep-0"]
+
+
+@pytest.mark.parametrize("outcome", [boom(400), boom(429), asyncio.CancelledError()],
+                         ids=["client-error", "busy", "cancelled"])
+async def test_a_half_open_trial_that_ends_saying_nothing_of_the_endpoint_frees_the_trial_slot(outcome):
+    """A trial answered 400, answered 429, or cancelled with the client: the circuit stays half-open, and
+    the next request may try (it used to keep the slot taken, and the endpoint out, for good)."""
+    breakers = CircuitBreakers(BreakerPolicy(failure_threshold=1, open_s=10.0))
+    breakers.on_failure("a/ep-0", 80.0)  # open until 90: half-open at 100
+    a = model("a")
+    with pytest.raises((UpstreamStatusError, AttemptsFailed, asyncio.CancelledError)):
+        await chain(Sends(**{"a/ep-0": outcome}), breakers=breakers).run(REQUEST, b"{}", [Plan(a, a.endpoints, "primary")])
+    assert breakers.state("a/ep-0", 100.0) == "half-open"
+    assert breakers.allows("a/ep-0", 100.0)

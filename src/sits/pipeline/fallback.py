@@ -132,10 +132,12 @@ class FallbackChain:
                     metrics.attempt(asked_for, endpoint.id, exc.code or "error", retry=len(attempts) > 1)
                     last = exc
                     if is_context_error(exc):
+                        self._breakers.on_no_verdict(endpoint.id)
                         context_exceeded = True
                         only_unavailable = False
                         break  # this model's window is too small: every replica would say the same
                     if not exc.retryable:
+                        self._breakers.on_no_verdict(endpoint.id)
                         exc.headers = (*exc.headers, ("x-sits-attempts", ",".join(attempts)))
                         raise
                     self._note_failure(endpoint.id, exc, [e.id for e in plan.model.endpoints])
@@ -144,6 +146,9 @@ class FallbackChain:
                     # A refused connection cost the upstream nothing, so retrying it amplifies nothing.
                     paid = not unreached
                     continue
+                except BaseException:  # not the endpoint's doing (the request was refused, or cancelled)
+                    self._breakers.on_no_verdict(endpoint.id)
+                    raise
                 self._breakers.on_success(endpoint.id)
                 self._health.request_succeeded(endpoint.id)
                 attempts.append(f"{endpoint.id}:ok")
@@ -172,6 +177,7 @@ class FallbackChain:
 
     def _note_failure(self, endpoint_id: str, error: UpstreamError, siblings: list[str]) -> None:
         if isinstance(error, UpstreamStatusError) and error.upstream_status == 429:
+            self._breakers.on_no_verdict(endpoint_id)
             return  # busy, not broken
         now = self._clock()
         self._breakers.on_failure(endpoint_id, now)

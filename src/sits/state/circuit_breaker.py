@@ -58,6 +58,13 @@ class CircuitBreakers:
         if endpoint_id in self._by_id and self.state(endpoint_id, now) == "half-open":
             self._by_id[endpoint_id].trial_in_flight = True
 
+    def on_no_verdict(self, endpoint_id: str) -> None:
+        """The attempt ended saying nothing about the endpoint (a client error, a context-window error,
+        a 429, a cancelled request): a half-open circuit's trial slot is free for the next request."""
+        breaker = self._by_id.get(endpoint_id)
+        if breaker is not None:
+            breaker.trial_in_flight = False
+
     def on_success(self, endpoint_id: str) -> None:
         breaker = self._by_id.get(endpoint_id)
         if breaker is not None:
