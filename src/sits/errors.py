@@ -152,6 +152,11 @@ class UpstreamProtocolError(UpstreamError):
     code = "upstream_protocol_error"
 
 
+class UpstreamConnectionLost(UpstreamProtocolError):
+    """The connection closed under an exchange: the server went away (a restart, a crash), as a refused
+    connection says too, rather than answering badly."""
+
+
 class ConfigError(SitsError):
     """Configuration is invalid; raised at startup with the path of the offending key."""
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sits.errors import UpstreamConnectError, UpstreamStatusError
+from sits.errors import UpstreamConnectError, UpstreamConnectionLost, UpstreamStatusError
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.fallback import AttemptsFailed, FallbackChain, FallbackPolicy, Plan
 from sits.state.circuit_breaker import BreakerPolicy, CircuitBreakers
@@ -146,3 +146,21 @@ async def test_a_half_open_trial_that_ends_saying_nothing_of_the_endpoint_frees_
         await chain(Sends(**{"a/ep-0": outcome}), breakers=breakers).run(REQUEST, b"{}", [Plan(a, a.endpoints, "primary")])
     assert breakers.state("a/ep-0", 100.0) == "half-open"
     assert breakers.allows("a/ep-0", 100.0)
+
+
+@pytest.mark.parametrize("gone", [UpstreamConnectError("refused"), UpstreamConnectionLost("closed under the exchange")],
+                         ids=["refused", "dropped"])
+async def test_an_endpoint_ejected_because_it_went_away_is_back_at_its_next_passing_probe(gone):
+    """A server restarted between two probes: its connections were refused or dropped, it was ejected, and
+    the first probe after it came back readmits it (a 5xx-ejected one waits out its ejection)."""
+    health = HealthBoard()
+    for endpoint in ("a/ep-0", "a/ep-1"):
+        health.track(endpoint, probed=False)
+    a = model("a", 2)
+    fallback = FallbackChain(Sends(**{"a/ep-0": gone}), RetryBudget(RetryBudgetPolicy(min_retries=10)), CircuitBreakers(),
+                             health, lambda: 100.0, FallbackPolicy())
+    for _ in range(5):
+        await fallback.run(REQUEST, b"{}", [Plan(a, a.endpoints, "primary")])
+    assert not health.available("a/ep-0", 101.0)  # ejected
+    health.probe_result("a/ep-0", True, now=102.0)
+    assert health.available("a/ep-0", 102.0)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import httptools
 
 from sits.backends.address_policy import AddressPolicy, resolve_for_connect
-from sits.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
+from sits.errors import UpstreamConnectError, UpstreamConnectionLost, UpstreamProtocolError, UpstreamTimeout
 
 _PAUSE_ABOVE_BYTES = 1 << 20
 # Upstream timeouts are checked by one sweep over busy connections rather than two loop timers armed
@@ -261,11 +261,11 @@ class _UpstreamConnection(asyncio.Protocol):
                 self._headers_ready.set_exception(_StaleConnection())
             else:
                 self._headers_ready.set_exception(
-                    UpstreamProtocolError(f"upstream {self._origin.host}:{self._origin.port} closed the connection")
+                    UpstreamConnectionLost(f"upstream {self._origin.host}:{self._origin.port} closed the connection")
                 )
         if self._response is not None:
             self._response._fail(
-                UpstreamProtocolError("upstream closed the connection before the response was complete")
+                UpstreamConnectionLost("upstream closed the connection before the response was complete")
             )
             self._response = None
 

@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from sits.errors import ContextTooLong, SitsError, UpstreamConnectError, UpstreamError, UpstreamStatusError, UpstreamTimeout
+from sits.errors import (ContextTooLong, SitsError, UpstreamConnectError, UpstreamConnectionLost, UpstreamError,
+                         UpstreamStatusError, UpstreamTimeout)
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.scheduling.framework import Decision
@@ -181,4 +182,6 @@ class FallbackChain:
             return  # busy, not broken
         now = self._clock()
         self._breakers.on_failure(endpoint_id, now)
-        self._health.request_failed(endpoint_id, now, siblings, isinstance(error, UpstreamConnectError))
+        # Refused or dropped connections: the server went away, and its next passing probe readmits it.
+        went_away = isinstance(error, UpstreamConnectError | UpstreamConnectionLost)
+        self._health.request_failed(endpoint_id, now, siblings, went_away)
