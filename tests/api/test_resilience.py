@@ -160,3 +160,31 @@ async def test_one_deadline_bounds_all_attempts(upstream, upstream_b, start_gate
     assert info.value.status_code == 504
     assert "deadline" in info.value.message
     assert len(upstream_b.log.requests) <= 1
+
+
+async def test_an_upstream_restarted_between_probes_is_readmitted_long_before_its_ejection_ends(
+        upstream, upstream_b, start_gateway):
+    """Endpoints from the config file have no health check. One goes away, is ejected for 30 s on its
+    refused connections (what the fallback chain reports, tests/pipeline/test_fallback_chain.py), and comes
+    back on the same port: the gateway's recovery probe (GET <base>/models) readmits it at the next probe."""
+    cfg = {"server": {"drain_timeout_s": 2}, "control": {"health": {"interval_s": 0.2}},
+           "models": [{"name": "m", "endpoints": [{"url": upstream.url}, {"url": upstream_b.url}]}]}
+    gateway = await start_gateway(cfg)
+    port = upstream.port
+    await upstream.stop()
+    health, clock = gateway._health, gateway._clock
+    for _ in range(5):  # five refused connections in a row eject it
+        health.request_failed("m/ep-0", clock(), ["m/ep-0", "m/ep-1"], unreachable=True)
+    assert not health.available("m/ep-0", clock())
+    await asyncio.sleep(0.6)  # probes meanwhile find nothing listening: still out
+    assert not health.available("m/ep-0", clock())
+    await upstream.start(port)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5  # the ejection runs for 30 s
+    while not health.available("m/ep-0", clock()) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert health.available("m/ep-0", clock())
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(base_url(gateway) + "/v1/chat/completions", json=body) as response:
+            assert response.status == 200

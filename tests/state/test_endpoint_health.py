@@ -50,3 +50,16 @@ def test_the_evidence_of_a_restart_is_spent_by_the_passing_probe_that_readmits()
     assert not board.available("a", 7.0)
     board.probe_result("a", True, now=8.0)  # its probes pass, but it did not go away: it stays out
     assert not board.available("a", 8.0)
+
+
+def test_an_unprobed_endpoint_that_went_away_is_readmitted_when_it_answers_again():
+    board = HealthBoard()
+    for endpoint in ("a", "b"):
+        board.track(endpoint, probed=False)  # from the config file: no health check of its own
+    for _ in range(5):
+        board.request_failed("a", 1.0, ["a", "b"], unreachable=True)
+    assert board.went_away("a") and not board.available("a", 2.0)
+    board.answered("a", 3.0)  # the recovery probe got an answer
+    assert board.available("a", 3.0) and not board.went_away("a")
+    board.answered("b", 3.0)  # never went away: nothing changes
+    assert board.available("b", 3.0)

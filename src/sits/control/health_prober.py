@@ -47,11 +47,26 @@ class HealthProber:
             self._wake.clear()
 
     async def probe_once(self) -> None:
-        endpoints = [e for m in self._table().models.values() for e in m.endpoints if e.health_check_path]
-        await asyncio.gather(*(self._probe(e) for e in endpoints))
+        every = [e for m in self._table().models.values() for e in m.endpoints]
+        gone = [e for e in every if not e.health_check_path and self._board.went_away(e.id)]
+        await asyncio.gather(*(self._probe(e) for e in every if e.health_check_path),
+                             *(self._recovery_probe(e) for e in gone))
         for endpoint_id in self._board.draining():
             if self._stats.get(endpoint_id).in_flight <= 0:
                 self._board.remove(endpoint_id)
+
+    async def _recovery_probe(self, endpoint: Endpoint) -> None:
+        """An endpoint without a health check that went away (refused or dropped connections) is asked for
+        its model list until it answers at all: any HTTP answer below 500 means the server is back (the
+        question is reachability, not health, so a server without /models still counts), and it is
+        readmitted then instead of after its whole ejection."""
+        try:
+            status = await self._backend.probe(endpoint, endpoint.base_path + "/models", self._settings.timeout_s)
+        except SitsError:
+            return
+        if status < 500:
+            self._board.answered(endpoint.id, self._clock())
+            log.info("endpoint %s answers again: readmitted", endpoint.id)
 
     async def _probe(self, endpoint: Endpoint) -> None:
         assert endpoint.health_check_path is not None

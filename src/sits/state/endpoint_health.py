@@ -9,7 +9,8 @@ probe, or refused connections, and then passes one is back at once (Envoy's
 successful_active_health_check_uneject_host): it went away and came back, as a restarted server does
 (one restarted between two probes is seen only by the connections it refused), and waiting out the
 ejection would only leave its siblings without a retry target. One that kept answering, badly, and
-passing probes stays out for the whole ejection.
+passing probes stays out for the whole ejection. An endpoint with no health check of its own (one from
+the config file) that went away is probed for its model list until it answers (control/health_prober.py).
 """
 
 from __future__ import annotations
@@ -87,6 +88,19 @@ class HealthBoard:
             health.last_error = error
             if health.phase == "ready" and health.probe_failures >= self.policy.unhealthy_threshold:
                 health.phase = "unhealthy"
+
+    def went_away(self, endpoint_id: str) -> bool:
+        """Refused or dropped connections since it last answered a probe: worth probing until it is back."""
+        health = self._by_id.get(endpoint_id)
+        return health is not None and health.went_away
+
+    def answered(self, endpoint_id: str, now: float) -> None:
+        """An endpoint with no health check of its own answered the recovery probe: it is back, and an
+        ejection it earned by going away has done its job."""
+        health = self._by_id.get(endpoint_id)
+        if health is not None and health.went_away:
+            health.went_away = False
+            health.ejected_until = min(health.ejected_until, now)
 
     def request_succeeded(self, endpoint_id: str) -> None:
         health = self._by_id.get(endpoint_id)
