@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire, Script
+from sits.tenants.limit_scripts import BATCH, USAGE_LUA
+from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire
 
 log = logging.getLogger("sits.tenants")
 
@@ -35,118 +36,6 @@ KIND_NAMES = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "b
 # the next admissions' script call to ride with, then goes alone.
 SETTLE_DELAY_S = 0.02
 _MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
-
-# KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
-# ARGV[2]: the settlements, "kind:limit:delta:member;" each; then per admission its checks
-# ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's limit -1 when soft only)
-# and its member id. Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
-# before it>" when every check passed (and was taken), "0,<failed check>,<retry after ms>,<reset at ms>"
-# when one did not (and nothing was taken).
-BATCH_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[1])
-local W = 60000
-local k = 0
-for kind, limit, delta, member in string.gmatch(ARGV[2], '(%a):([^:]*):([^:]*):([^;]*);') do
-  k = k + 1
-  local key = KEYS[k]
-  if kind == 't' then
-    local tat = tonumber(redis.call('GET', key) or '0')
-    if tat < now then tat = now end
-    tat = tat + tonumber(delta) * W / tonumber(limit)
-    if tat > now then
-      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
-    else
-      redis.call('DEL', key)
-    end
-  elseif kind == 'c' then
-    redis.call('ZREM', key, member)
-  elseif kind == 'b' then
-    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, delta) end
-  end
-end
-local function admit(checks, base, member)
-  local seen = {}
-  for i, c in ipairs(checks) do
-    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
-    if kind == 'r' or kind == 't' then
-      local tat = tonumber(redis.call('GET', key) or '0')
-      if tat < now then tat = now end
-      local step = amount * W / limit
-      if step > W then step = W end
-      if tat + step - now > W then
-        return string.format('0,%d,%d,%d', i, math.ceil(tat + step - now - W), math.ceil(tat))
-      end
-      seen[i] = tat
-    elseif kind == 'c' then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-      if redis.call('ZCARD', key) >= limit then
-        local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-        return string.format('0,%d,1000,%d', i, math.ceil(tonumber(first[2])))
-      end
-    else
-      local spent = tonumber(redis.call('GET', key) or c[4])
-      if limit >= 0 and spent >= limit then
-        return string.format('0,%d,%d,%d', i, c[5] > 0 and (c[5] - now) or 0, c[5])
-      end
-      seen[i] = spent
-    end
-  end
-  local out = '1'
-  for i, c in ipairs(checks) do
-    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
-    if kind == 'r' or kind == 't' then
-      local tat = seen[i] + amount * W / limit
-      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
-    elseif kind == 'c' then
-      redis.call('ZADD', key, now + lease, member)
-      redis.call('PEXPIRE', key, lease + 1000)
-    else
-      redis.call('SET', key, string.format('%.0f', seen[i] + amount))
-      if c[5] > 0 then redis.call('PEXPIREAT', key, c[5] + 86400000) end
-      out = out .. string.format(',%.0f', seen[i])
-    end
-  end
-  return out
-end
-local answers = {}
-for j = 3, #ARGV, 2 do
-  local checks = {}
-  for kind, limit, amount, seed, ends in string.gmatch(ARGV[j], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
-    checks[#checks + 1] = {kind, tonumber(limit), tonumber(amount), tonumber(seed), tonumber(ends)}
-  end
-  answers[#answers + 1] = admit(checks, k, ARGV[j + 1])
-  k = k + #checks
-end
-return table.concat(answers, '|')
-"""
-BATCH = Script(BATCH_LUA)
-
-# What counters hold now, for the dashboard (never on the request path). KEYS: the counters; ARGV[1]: their
-# kinds (one letter each), ARGV[2..]: their limits. Answers one string per counter: a rate's units in use
-# over the sliding minute (GCRA: how far its arrival time runs ahead of now, in units), a concurrency's
-# leases alive, a budget's nano-USD (empty when Redis holds no such counter).
-USAGE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-for i, key in ipairs(KEYS) do
-  local kind = string.sub(ARGV[1], i, i)
-  if kind == 'c' then
-    out[i] = tostring(redis.call('ZCOUNT', key, now, '+inf'))
-  elseif kind == 'b' then
-    out[i] = redis.call('GET', key) or ''
-  else
-    local tat = tonumber(redis.call('GET', key) or '0')
-    local used = 0
-    if tat > now then used = (tat - now) * tonumber(ARGV[i + 1]) / 60000 end
-    out[i] = string.format('%.2f', used)
-  end
-end
-return out
-"""
-
 
 class Check(NamedTuple):
     """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
