@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 
 import orjson
 
-from sits.backends.http_client import UpstreamResponse
+from sits.backends.upstream_response import UpstreamResponse
 from sits.errors import InvalidRequest, UpstreamProtocolError
 from sits.translate.anthropic_upstream import AnthropicToChat, anthropic_request, chat_completion, chat_error
 

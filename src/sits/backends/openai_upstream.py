@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from sits.backends import anthropic_upstream
-from sits.backends.http_client import ConnectionPool, Origin, Timeouts, UpstreamResponse
+from sits.backends.http_client import ConnectionPool, Origin, Timeouts
+from sits.backends.upstream_response import UpstreamResponse
 from sits.errors import UpstreamStatusError
 from sits.state.routing_table import Endpoint
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import orjson
 
-from sits.backends.http_client import UpstreamResponse
+from sits.backends.upstream_response import UpstreamResponse
 from sits.errors import UpstreamError, UpstreamProtocolError
 from sits.pipeline.answer import JSON, usage_of
 from sits.pipeline.sse_guard import SseGuard
