@@ -12,7 +12,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from sits.api.attachments import FileRoutes
@@ -116,11 +116,6 @@ DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/em
                               RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS})
 
 
-def replica_id(base: str, settings: Settings) -> str:
-    """Each `--workers` process is a replica of its own (own clock, own snapshot), stable across restarts."""
-    return base if settings.worker_index is None else f"{base}#w{settings.worker_index}"
-
-
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -134,10 +129,6 @@ def tracing_settings(settings: Settings, config: GatewayConfig) -> TracingSettin
     ratio = settings.otel_sampling_ratio if settings.otel_sampling_ratio is not None else t.sampling_ratio
     return TracingSettings(endpoint=settings.otel_endpoint or t.endpoint, environment=t.environment, ratio=ratio,
                            service_name=t.service_name)
-
-
-def _as_is(route: Route) -> Route:
-    return route
 
 
 class Gateway:
@@ -245,7 +236,7 @@ class Gateway:
         openai_routes = OpenAIRoutes(director, self.routing_table, created=int(time.time()), observer=observer,
                                      admission=self.admission, resume_streams=resilience.resume_streams,
                                      tenants=self.tenant_gate)
-        gated = self.tenant_gate.wrap if self.tenant_gate is not None else _as_is
+        gated: Callable[[Route], Route] = self.tenant_gate.wrap if self.tenant_gate is not None else lambda r: r
         admin_guard = AdminGuard(settings.secrets.get(control.admin_key_env))
         engine_routes = EngineRoutes(EngineResidency(self.routing_table, vllm_admin, self._health, self._stats,
                                                      self._clock), admin_guard)
@@ -266,8 +257,8 @@ class Gateway:
         kv_routes = KvRoutes(self.kv_migrator, self.routing_table, admin_guard)
         # Replicated aliases and state (docs/replication.md); a cluster of one without a transport.
         self.cluster = ClusterNode(
-            config.cluster, replica_id(settings.replica_id or config.cluster.replica_id
-                                     or f"{socket.gethostname()}:{self.port}", settings),
+            config.cluster, settings.replica_of(settings.replica_id or config.cluster.replica_id
+                                                or f"{socket.gethostname()}:{self.port}"),
             settings.data_dir,
             settings.secrets.get(control.admin_key_env), self._stats, self._serve_table, random.Random(rng_seed),
             workers_folder=share_folder / "cluster" if share_folder is not None else None,

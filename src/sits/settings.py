@@ -35,6 +35,10 @@ class Settings:
     # The environment, for secrets named in config (api_key_env); never logged.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
+    def replica_of(self, base: str) -> str:
+        """Each `--workers` process is a replica of its own (own clock, own snapshot), stable across restarts."""
+        return base if self.worker_index is None else f"{base}#w{self.worker_index}"
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         def integer(name: str) -> int | None:
