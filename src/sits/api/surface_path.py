@@ -94,11 +94,7 @@ class SurfacePath:
     async def read(self, started: Started) -> Any:
         """The whole answer as a parsed chat completion, recorded as the chat door records it."""
         answer, seen, prompt = started
-        try:
-            payload = await answer.read()
-        except SitsError as exc:
-            seen.failed(exc, prompt)
-            raise
+        payload = await _body(started)
         seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
                     answer.usage(payload), prompt=prompt, raw_usage=payload)
         if answer.cache_key is not None:
@@ -155,11 +151,7 @@ class SurfacePath:
         """A passed-through answer: its bytes as they came, and parsed (None when it is not JSON),
         recorded with its usage. Not kept for the cache steps, which hold chat completions."""
         answer, seen, prompt = started
-        try:
-            payload = await answer.read()
-        except SitsError as exc:
-            seen.failed(exc, prompt)
-            raise
+        payload = await _body(started)
         try:
             parsed = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -206,3 +198,13 @@ class SurfacePath:
 def _usage_event(usage: Any) -> bytes:
     """A Responses usage object as the chat usage the observer and the key gate read; empty if none."""
     return orjson.dumps({"usage": chat_usage_from_responses(usage)}) if isinstance(usage, dict) else b""
+
+
+async def _body(started: Started) -> bytes:
+    """The whole answer's bytes; a failure to read it is recorded as how the request ended."""
+    answer, seen, prompt = started
+    try:
+        return await answer.read()
+    except SitsError as exc:
+        seen.failed(exc, prompt)
+        raise
