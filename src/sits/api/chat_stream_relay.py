@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from time import perf_counter
 
 import orjson
@@ -34,7 +34,7 @@ log = logging.getLogger("sits.api")
 
 class ChatStreamRelay:
     __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_last",
-                 "_accumulator", "_gaps", "_sent", "_previous", "_sink")
+                 "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_pulled")
 
     def __init__(self, answer: Answer, director: Director, seen: Observation, prompt: str,
                  resume: tuple[RoutingRequest, bytes] | None, include_usage: bool) -> None:
@@ -51,6 +51,7 @@ class ChatStreamRelay:
         self._sent: list[bytes] | None = [] if resume is not None else None  # references only: parsed if it breaks
         self._previous = 0.0
         self._sink: ChunkSink = _PULLED  # push() puts the client's connection here
+        self._pulled: AsyncGenerator[bytes, None] | None = None  # chunks(), made only for a door that pulls
 
     def _gaps_of(self, answer: Answer) -> Buckets | None:
         """The histogram of chunk gaps: upstream streams only (an answer the gateway made comes whole)."""
@@ -132,7 +133,17 @@ class ChatStreamRelay:
             sink.on_drained = None
             self._end(status)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """The relay as an async iterable: a door that pulls gets `chunks()`, one that pushes never makes it."""
+        self._pulled = self.chunks()
+        return self._pulled
+
+    async def aclose(self) -> None:
+        """What a pulling door calls when its client went away: the pull ends, and with it the upstream."""
+        if self._pulled is not None:
+            await self._pulled.aclose()
+
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         status = 499
         try:
             while True:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,7 +54,7 @@ class StreamingResponse:
     """
 
     status: int
-    chunks: AsyncIterator[bytes]
+    chunks: AsyncIterable[bytes]
     content_type: bytes = b"text/event-stream"
     headers: Headers = field(default_factory=list)
     push: Callable[[ChunkSink], Awaitable[None]] | None = None

@@ -98,7 +98,7 @@ class OpenAIRoutes:
         if stream:
             resume = (routing, request.body) if self._resume_streams and api == CHAT_API else None
             relay = ChatStreamRelay(answer, self._director, seen, prompt_text, resume, include_usage(body))
-            return StreamingResponse(200, relay.chunks(), headers=headers, push=relay.push)
+            return StreamingResponse(200, relay, headers=headers, push=relay.push)
         try:
             payload = await answer.read()
         except SitsError as exc:
