@@ -38,3 +38,14 @@ def test_relay_forwards_checked_chunks_keeps_partial_lines_and_reports_a_malform
     assert passed == [b'data: {"a":1}\n\n', b'data: {"b"', b':2}\n\n'] and not broken
     assert guard.relay(b"data: <html>\n\n") is True  # stop reading: the stream is broken
     assert passed[-1] == b':2}\n\n' and "malformed SSE line" in str(broken[0])
+
+
+def test_relay_reports_a_chunk_its_consumer_refuses_as_the_streams_error():
+    guard = SseGuard("ep")
+    broken: list[Exception] = []
+
+    def refuse(chunk: bytes) -> bool:
+        raise UpstreamProtocolError("upstream ep sent an event the consumer cannot read")
+    guard.forward_to(refuse, broken.append)
+    assert guard.relay(b'data: {"a":1}\n\n') is True  # stop reading: the stream ends with the error
+    assert "cannot read" in str(broken[0])

@@ -52,7 +52,8 @@ class MessagesRoutes:
         headers = started.answer.headers()
         if stream:
             translator = MessagesStream(message_id, body["model"], started.answer.source, body.get("stop_sequences"))
-            return StreamingResponse(200, self._path.relay(started, translator), headers=headers)
+            relay = self._path.relay(started, translator)
+            return StreamingResponse(200, relay, headers=headers, push=relay.push)
         completion = await self._path.read(started)
         message = wire.message_object(completion, message_id, body["model"], body.get("stop_sequences"))
         return HttpResponse(200, orjson.dumps(message), headers=headers)

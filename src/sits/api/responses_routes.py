@@ -82,7 +82,8 @@ class ResponsesRoutes:
                 except SitsError as exc:  # the answer is streaming already: it is not held back
                     log.warning("response %s was not stored: %s", response_id, exc.message)
 
-            return StreamingResponse(200, self._path.relay(started, translator, keep), headers=headers)
+            relay = self._path.relay(started, translator, keep)
+            return StreamingResponse(200, relay, headers=headers, push=relay.push)
         completion = await self._path.read(started)
         result = wire.from_chat_completion(completion, response_id, created, body)
         if store:

@@ -10,7 +10,7 @@ A `/v1/responses` request also carries its own body (`Passthrough`): an endpoint
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -19,26 +19,15 @@ from sits.api.request_intake import RequestIntake
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.schemas import CHAT_COMPLETION
 from sits.api.tenant_gate import HttpTenantGate
+from sits.api.translated_stream_relay import CHAT_API, CLIENT_GONE, StreamTranslator, TranslatedStreamRelay
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.answer import Answer
-from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json
+from sits.pipeline.cached_response import completion_from_json
 from sits.pipeline.context import Passthrough
 from sits.pipeline.director import Director
 from sits.translate.responses_passthrough import ResponsesTap, failed_event
 from sits.translate.usage import chat_usage_from_responses
-
-CHAT_API = "/chat/completions"
-CLIENT_GONE = 499
-
-
-class StreamTranslator(Protocol):
-    ended: bool  # the chat stream ended ([DONE] or an error event)
-    error: str | None  # the error it ended with
-
-    def feed(self, chunk: bytes) -> list[bytes]: ...
-
-    def fail(self, message: str, code: str) -> list[bytes]: ...
 
 
 def passed_through(answer: Answer) -> bool:
@@ -104,48 +93,13 @@ class SurfacePath:
         except orjson.JSONDecodeError:
             raise UpstreamProtocolError(f"upstream {answer.source} answered with a body that is not JSON") from None
 
-    async def relay(self, started: Started, translator: StreamTranslator,
-                    on_complete: Callable[[], Any] | None = None) -> AsyncIterator[bytes]:
-        """The answer's chat SSE chunks translated as they come; a failure mid-stream ends the stream
-        with the surface's own error event. `on_complete` (awaitable) runs once the stream ended well,
-        before its last events are sent."""
+    def relay(self, started: Started, translator: StreamTranslator,
+              on_complete: Callable[[], Awaitable[None]] | None = None) -> TranslatedStreamRelay:
+        """The answer's chat SSE chunks translated as they come, pushed or pulled
+        (`api/translated_stream_relay.py`); a failure mid-stream ends the stream with the surface's own
+        error event. `on_complete` runs once the stream ended well, before its last events are sent."""
         answer, seen, prompt = started
-        accumulator = CompletionAccumulator(CHAT_API) if answer.cache_key is not None else None
-        last = b""
-        status, error = CLIENT_GONE, "client closed the stream"
-        try:
-            try:
-                async for chunk in answer.chunks(True):
-                    if accumulator is not None:
-                        accumulator.feed(chunk)
-                    if chunk.find(b'"usage":{') >= 0:  # find(): see openai_routes._relay_stream
-                        last = chunk
-                    events = translator.feed(chunk)
-                    if translator.ended and translator.error is None and on_complete is not None:
-                        await on_complete()  # stored before the client sees the end, so its next turn finds it
-                        on_complete = None
-                    if events:
-                        yield b"".join(events)
-                if not translator.ended:  # a last event without its blank line (some servers end so)
-                    events = translator.feed(b"\n\n")
-                    if translator.ended and translator.error is None and on_complete is not None:
-                        await on_complete()
-                    if events:
-                        yield b"".join(events)
-                if not translator.ended:
-                    raise UpstreamProtocolError(f"upstream {answer.source} ended the stream without [DONE]")
-                status, error = (200, None) if translator.error is None else (502, translator.error)
-            except SitsError as exc:
-                status, error = exc.http_status, exc.message
-                events = translator.fail(exc.message, exc.code)
-                if events:
-                    yield b"".join(events)
-        finally:
-            seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                        answer.usage(last), status=status, prompt=prompt, error=error, raw_usage=last)
-            answer.close(status == 200)
-        if status == 200 and accumulator is not None:
-            self._director.remember(answer, accumulator.result())
+        return TranslatedStreamRelay(answer, seen, prompt, translator, self._director, on_complete)
 
     async def read_passthrough(self, started: Started) -> tuple[bytes, Any]:
         """A passed-through answer: its bytes as they came, and parsed (None when it is not JSON),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sits.errors import UpstreamProtocolError
+from sits.errors import SitsError, UpstreamProtocolError
 
 _FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
 _MAX_LINE = 4 * 1024 * 1024
@@ -20,15 +20,16 @@ class SseGuard:
         self._partial = b""
         self._source = source
         self._deliver: Callable[[bytes], bool] = _unset
-        self._broken: Callable[[UpstreamProtocolError], None] = _unset
+        self._broken: Callable[[SitsError], None] = _unset
 
-    def forward_to(self, deliver: Callable[[bytes], bool], broken: Callable[[UpstreamProtocolError], None]) -> None:
+    def forward_to(self, deliver: Callable[[bytes], bool], broken: Callable[[SitsError], None]) -> None:
         """For `relay`: where checked chunks go, and who hears of a malformed one."""
         self._deliver, self._broken = deliver, broken
 
     def relay(self, chunk: bytes) -> bool:
         """Check `chunk` and pass it on (a pushed stream's per-event path: one call, not two); a
-        malformed chunk goes to `broken` instead, and the producer is told to stop (True)."""
+        malformed chunk, or one its consumer refuses (SitsError), goes to `broken` instead, and the
+        producer is told to stop (True)."""
         if self._partial or not chunk.startswith(b"data: {") or chunk.find(b"\n") != len(chunk) - 2 \
                 or chunk[-1] != 10:  # 10: "\n"
             try:
@@ -36,7 +37,11 @@ class SseGuard:
             except UpstreamProtocolError as exc:
                 self._broken(exc)
                 return True
-        return self._deliver(chunk)
+        try:
+            return self._deliver(chunk)
+        except SitsError as exc:  # the consumer could not take the chunk (a translated stream's bad event)
+            self._broken(exc)
+            return True
 
     def check(self, chunk: bytes) -> None:
         """Raise UpstreamProtocolError at the first malformed line; partial lines wait for the next chunk."""

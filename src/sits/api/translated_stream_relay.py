@@ -1,0 +1,161 @@
+"""Relaying a chat stream translated into another surface's events (`/v1/responses`, `/v1/messages`).
+
+Consumed like the chat relay (`api/chat_stream_relay.py`), whichever way the door supports:
+`push(sink)`, where each upstream chunk is translated and written to the client's connection inside
+the upstream connection's read callback (no task wakes up per event: the HTTP/1.1 door), or as an
+async iterable (the HTTP/2 door). Both see each chunk through `_translate` and end through `_end`.
+
+A failure mid-stream ends the stream with the surface's own error event. `on_complete` (the response
+store's write) runs once the stream ended well and before its last events reach the client, so a
+client's next turn finds it; pushed, the events of the chunk that ended it are held until then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Protocol
+
+from sits.api.http_types import ChunkSink
+from sits.api.request_observer import Observation
+from sits.errors import SitsError, UpstreamProtocolError
+from sits.pipeline.answer import Answer
+from sits.pipeline.cached_response import CompletionAccumulator
+from sits.pipeline.director import Director
+
+CHAT_API = "/chat/completions"
+CLIENT_GONE = 499
+
+
+class StreamTranslator(Protocol):
+    ended: bool  # the chat stream ended ([DONE] or an error event)
+    error: str | None  # the error it ended with
+
+    def feed(self, chunk: bytes) -> list[bytes]: ...
+
+    def fail(self, message: str, code: str) -> list[bytes]: ...
+
+
+class TranslatedStreamRelay:
+    __slots__ = ("_answer", "_seen", "_prompt", "_translator", "_director", "_on_complete", "_accumulator",
+                 "_last", "_sink", "_held", "_pulled")
+
+    def __init__(self, answer: Answer, seen: Observation, prompt: str, translator: StreamTranslator,
+                 director: Director, on_complete: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._answer = answer
+        self._seen = seen
+        self._prompt = prompt
+        self._translator = translator
+        self._director = director
+        self._on_complete = on_complete
+        self._accumulator = CompletionAccumulator(CHAT_API) if answer.cache_key is not None else None
+        self._last = b""  # the last chunk that carried usage
+        self._sink: ChunkSink | None = None  # push() puts the client's connection here
+        self._held: list[bytes] = []  # pushed events waiting for `on_complete`
+        self._pulled: AsyncGenerator[bytes, None] | None = None
+
+    def _translate(self, chunk: bytes) -> list[bytes]:
+        """One chat chunk seen (the cache's copy, usage) and translated: the surface's events for it."""
+        if self._accumulator is not None:
+            self._accumulator.feed(chunk)
+        if chunk.find(b'"usage":{') >= 0:  # find(), not `in`: see chat_stream_relay._deliver
+            self._last = chunk
+        return self._translator.feed(chunk)
+
+    def _storing(self) -> bool:
+        """Whether the stream just ended well with `on_complete` still to run."""
+        translator = self._translator
+        return self._on_complete is not None and translator.ended and translator.error is None
+
+    def _deliver(self, chunk: bytes) -> bool:
+        """Push mode's per-chunk step; True when the client's buffer is full. A SitsError it raises (a
+        chunk that does not translate) ends the stream (SseGuard.relay)."""
+        events = self._translate(chunk)
+        if not events:
+            return False
+        if self._held or self._storing():
+            self._held += events  # sent once `on_complete` has run
+            return False
+        assert self._sink is not None
+        return self._sink.send(events[0] if len(events) == 1 else b"".join(events))
+
+    def _unended(self) -> list[bytes]:
+        """The upstream's body ended: a last event without its blank line (some servers end so), or
+        UpstreamProtocolError when the chat stream never ended."""
+        translator = self._translator
+        events = translator.feed(b"\n\n") if not translator.ended else []
+        if not translator.ended:
+            raise UpstreamProtocolError(f"upstream {self._answer.source} ended the stream without [DONE]")
+        return events
+
+    def _status(self) -> tuple[int, str | None]:
+        error = self._translator.error
+        return (200, None) if error is None else (502, error)
+
+    def _end(self, status: int, error: str | None) -> None:
+        answer = self._answer
+        self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                          answer.usage(self._last), status=status, prompt=self._prompt, error=error,
+                          raw_usage=self._last)
+        answer.close(status == 200)
+        if status == 200 and self._accumulator is not None:
+            self._director.remember(answer, self._accumulator.result())
+
+    async def _complete(self) -> None:
+        on_complete, self._on_complete = self._on_complete, None
+        if on_complete is not None:
+            await on_complete()  # stored before the client sees the end, so its next turn finds it
+
+    async def push(self, sink: ChunkSink) -> None:
+        self._sink = sink
+        answer = self._answer
+        sink.on_drained = answer.resume_reading
+        status, error = CLIENT_GONE, "client closed the stream"
+        try:
+            try:
+                await answer.push(self._deliver, True)
+                self._held += self._unended()
+                status, error = self._status()
+            except SitsError as exc:
+                status, error = exc.http_status, exc.message
+                self._held += self._translator.fail(exc.message, exc.code)
+            if self._storing():
+                await self._complete()
+            if self._held:
+                sink.send(b"".join(self._held))
+        finally:
+            sink.on_drained = None
+            self._end(status, error)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """As an async iterable: a door that pulls gets `chunks()`, one that pushes never makes it."""
+        self._pulled = self.chunks()
+        return self._pulled
+
+    async def aclose(self) -> None:
+        """What a pulling door calls when its client went away: the pull ends, and with it the upstream."""
+        if self._pulled is not None:
+            await self._pulled.aclose()
+
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
+        status, error = CLIENT_GONE, "client closed the stream"
+        try:
+            try:
+                async for chunk in self._answer.chunks(True):
+                    events = self._translate(chunk)
+                    if self._storing():
+                        await self._complete()
+                    if events:
+                        yield b"".join(events)
+                events = self._unended()
+                if self._storing():
+                    await self._complete()
+                if events:
+                    yield b"".join(events)
+                status, error = self._status()
+            except SitsError as exc:
+                status, error = exc.http_status, exc.message
+                events = self._translator.fail(exc.message, exc.code)
+                if events:
+                    yield b"".join(events)
+        finally:
+            self._end(status, error)

@@ -1,0 +1,201 @@
+"""The translated stream relay, pushed and pulled: the same events either way, the response stored
+before the client sees the stream end, a chunk that does not translate ends the stream with the
+surface's error event. Over an answer that pushes its chunks as an upstream connection does (the
+behaviour under test is the relay's); end to end over HTTP in test_surface_errors.py and the SDK tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from sits.api.translated_stream_relay import TranslatedStreamRelay
+from sits.errors import SitsError, UpstreamProtocolError
+from sits.translate.messages_stream import MessagesStream
+from sits.translate.responses_stream import ResponsesStream
+from tests.conftest import base_url, one_model_config
+
+
+def chat_chunks(texts: list[str]) -> list[bytes]:
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m1"}
+    events = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    events += [{**head, "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]} for t in texts]
+    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 3, "completion_tokens": len(texts), "total_tokens": 3 + len(texts)}})
+    return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
+class PushedAnswer:
+    """An answer whose chunks arrive one loop turn apart, each pushed from a callback (as an upstream
+    connection's reads are); `error` ends it with that error after the chunks."""
+
+    model, source, route, attempts, intent, first_byte_at, cache_key = "m1", "m1/ep-0", "r", "", "", 1.0, None
+
+    def __init__(self, chunks: list[bytes], error: SitsError | None = None) -> None:
+        self._chunks, self._error = chunks, error
+        self.closed: bool | None = None
+
+    def usage(self, body: bytes) -> tuple[int, int] | None:
+        return (3, 2) if body else None
+
+    async def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> None:
+        loop = asyncio.get_running_loop()
+        for chunk in self._chunks:
+            done = loop.create_future()
+
+            def read(chunk: bytes = chunk, done: asyncio.Future = done) -> None:
+                try:
+                    deliver(chunk)
+                    done.set_result(None)
+                except SitsError as exc:  # what SseGuard.relay makes of a consumer's error
+                    done.set_exception(exc)
+            loop.call_soon(read)
+            await done
+        if self._error is not None:
+            raise self._error
+
+    async def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            await asyncio.sleep(0)
+            yield chunk
+        if self._error is not None:
+            raise self._error
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self, ok: bool = False) -> None:
+        self.closed = ok
+
+
+class Observed:
+    """What the relay records through the request's observation."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def served(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(kwargs)
+
+
+class Sink:
+    on_drained = None
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, chunk: bytes) -> bool:
+        self.sent.append(chunk)
+        return False
+
+
+def relay_of(answer: PushedAnswer, translator: Any, on_complete: Any = None) -> tuple[TranslatedStreamRelay, Observed]:
+    seen = Observed()
+    return TranslatedStreamRelay(answer, seen, "hi", translator, None, on_complete), seen  # type: ignore[arg-type]
+
+
+def event_names(body: bytes) -> list[str]:
+    return [line[7:] for line in body.decode().split("\n") if line.startswith("event: ")]
+
+
+async def pushed(relay: TranslatedStreamRelay) -> bytes:
+    sink = Sink()
+    await relay.push(sink)
+    return b"".join(sink.sent)
+
+
+async def pulled(relay: TranslatedStreamRelay) -> bytes:
+    return b"".join([chunk async for chunk in relay])
+
+
+@pytest.mark.parametrize("translator", [lambda: ResponsesStream("resp_1", 1, {"model": "m1"}),
+                                        lambda: MessagesStream("msg_1", "m1")])
+async def test_pushed_and_pulled_say_the_same(translator):
+    chunks = chat_chunks(["Hel", "lo", " world"])
+    by_push, seen_push = relay_of(PushedAnswer(chunks), translator())
+    by_pull, seen_pull = relay_of(PushedAnswer(chunks), translator())
+    pushed_body, pulled_body = await pushed(by_push), await pulled(by_pull)
+    assert pushed_body == pulled_body and event_names(pushed_body)
+    assert b"Hel" in pushed_body and b" world" in pushed_body
+    assert [s["status"] for s in seen_push.calls] == [s["status"] for s in seen_pull.calls] == [200]
+
+
+@pytest.mark.parametrize("consume", [pushed, pulled])
+async def test_the_response_is_stored_before_the_client_sees_the_stream_end(consume):
+    translator = ResponsesStream("resp_1", 1, {"model": "m1"})
+    sink_seen_at_store: list[bytes] = []
+    sink = Sink()
+
+    async def store() -> None:
+        await asyncio.sleep(0.01)  # a store write that takes a while: nothing more is sent meanwhile
+        sink_seen_at_store.append(b"".join(sink.sent))
+    relay, seen = relay_of(PushedAnswer(chat_chunks(["a", "b"])), translator, store)
+    if consume is pushed:
+        await relay.push(sink)
+    else:
+        sink.sent = [chunk async for chunk in _recording(relay, sink)]
+    body = b"".join(sink.sent)
+    assert event_names(body)[-1] == "response.completed"
+    assert len(sink_seen_at_store) == 1 and b"response.completed" not in sink_seen_at_store[0]
+    assert b"response.output_text.delta" in body and seen.calls[0]["status"] == 200
+
+
+async def _recording(relay: TranslatedStreamRelay, sink: Sink) -> AsyncIterator[bytes]:
+    async for chunk in relay:
+        sink.sent.append(chunk)
+        yield chunk
+
+
+@pytest.mark.parametrize("consume", [pushed, pulled])
+async def test_a_stream_that_breaks_ends_with_the_surfaces_error_event_and_stores_nothing(consume):
+    stored: list[bool] = []
+
+    async def store() -> None:
+        stored.append(True)
+    answer = PushedAnswer(chat_chunks(["a", "b"])[:3], UpstreamProtocolError("upstream m1/ep-0 went away"))
+    relay, seen = relay_of(answer, ResponsesStream("resp_1", 1, {"model": "m1"}), store)
+    body = await consume(relay)
+    assert event_names(body)[-1] == "response.failed" and b"went away" in body
+    assert not stored and seen.calls[0]["status"] == 502 and answer.closed is False
+
+
+async def test_a_chunk_that_does_not_translate_ends_a_pushed_stream_with_the_error_event():
+    class Refusing(MessagesStream):
+        def feed(self, chunk: bytes) -> list[bytes]:
+            if b'"lo"' in chunk:
+                raise UpstreamProtocolError("upstream m1/ep-0 sent an event the relay cannot read")
+            return super().feed(chunk)
+    answer = PushedAnswer(chat_chunks(["Hel", "lo", "never"]))
+    relay, seen = relay_of(answer, Refusing("msg_1", "m1"))
+    body = await pushed(relay)
+    names = event_names(body)
+    assert names[-1] == "error" and "message_stop" not in names and b"never" not in body
+    assert seen.calls[0]["status"] == 502
+
+
+async def test_a_client_reading_slowly_gets_a_long_translated_stream_whole_and_in_order(upstream, start_gateway):
+    """Eight MB of Messages events against a client that reads 64 KB at a time with pauses: the pushed
+    relay stops reading the upstream while the client's socket is full and goes on once it drains."""
+    upstream.stream_chunks, upstream.chunk_padding = 400, 20_000
+    gateway = await start_gateway(one_model_config(upstream.url))
+    body = {"model": "m1", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    received = b""
+    async with aiohttp.ClientSession(read_bufsize=64 * 1024) as session:
+        async with session.post(base_url(gateway) + "/v1/messages", json=body,
+                                headers={"anthropic-version": "2023-06-01"}) as response:
+            while True:
+                part = await asyncio.wait_for(response.content.read(64 * 1024), 10)
+                if not part:
+                    break
+                received += part
+                await asyncio.sleep(0.002)
+    names = event_names(received)
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    texts = [orjson.loads(line[6:])["delta"]["text"] for line in received.split(b"\n")
+             if line.startswith(b"data: ") and b'"text_delta"' in line]
+    assert [t.split(" ")[0] for t in texts] == [f"tok{i}" for i in range(400)]
+    assert upstream.log.completed_streams == 1
