@@ -1,6 +1,7 @@
 """Budgets against a real Redis: a concurrent burst over two replicas cannot overspend a hard budget
-by more than one request's reservation; streams settle on the usage of their last event (or at the
-reservation when the upstream sends none); a period's counter starts from what the spend log says."""
+by more than one request's reservation; streams settle on the usage of their last event (or on the
+text they streamed, counted, when the upstream sends no usage); a period's counter starts from what the
+spend log says."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ async def test_a_concurrent_burst_overspends_a_hard_budget_by_at_most_one_reserv
     assert await _counter(prefix, "key_burst") == pytest.approx(spent, abs=1e-8)
 
 
-async def test_streams_settle_on_their_final_usage_or_at_the_reservation(usage_upstream, tenant_gateway):
+async def test_streams_settle_on_their_final_usage_or_on_their_counted_text(usage_upstream, tenant_gateway):
     usage_upstream.usage.update(prompt_tokens=10, completion_tokens=3, total_tokens=13)
     keys, spend = Keys(), Spend()
     keys.add("sk-s", "key_s", budget=Budget("monthly", soft_usd=100.0))
@@ -85,13 +86,17 @@ async def test_streams_settle_on_their_final_usage_or_at_the_reservation(usage_u
         await asyncio.sleep(0.3)
         # the reservation (11 prompt + 400 output tokens) was corrected to the actual cost
         assert await _counter(prefix, "key_s", "monthly") == pytest.approx(records[0].cost_usd, abs=1e-8)
-        # no usage from the upstream: counted at the reservation, an upper bound
+        # no usage from the upstream: the streamed text is counted ("t0 t1 t2 ": 3 tokens by the
+        # chars / 4 estimate, no tokenizer loaded here), not the 400 reserved
         stream = await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": PROMPT}],
                                                  stream=True, max_tokens=400)
         assert len([chunk async for chunk in stream]) == 3
-    records = await spend.wait_for(2)
-    assert records[1].usage == Usage(11, 0, 400, 0)
-    assert records[1].status == 200
+        records = await spend.wait_for(2)
+        assert records[1].usage == Usage(11, 0, 3, 0)
+        assert records[1].status == 200
+        await asyncio.sleep(0.3)
+        spent = records[0].cost_usd + records[1].cost_usd
+        assert await _counter(prefix, "key_s", "monthly") == pytest.approx(spent, abs=1e-8)
 
 
 async def test_a_period_counter_starts_from_the_spend_already_logged(usage_upstream, tenant_gateway):

@@ -26,7 +26,7 @@ from sits.pipeline.answer import Answer
 from sits.pipeline.cached_response import CompletionAccumulator
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
-from sits.pipeline.stream_resume import partial_answer
+from sits.pipeline.stream_resume import generated_text, partial_answer
 from sits.telemetry.metrics import Buckets
 
 log = logging.getLogger("sits.api")
@@ -48,7 +48,8 @@ class ChatStreamRelay:
         self._last = b""  # the last chunk that carried usage (include_usage puts it before [DONE])
         self._accumulator = CompletionAccumulator(seen.api) if answer.cache_key is not None else None
         self._gaps: Buckets | None = self._gaps_of(answer)
-        self._sent: list[bytes] | None = [] if resume is not None else None  # references only: parsed if it breaks
+        # References only: parsed if the stream breaks (resume), or if it reports no usage (a key's spend).
+        self._sent: list[bytes] | None = [] if resume is not None or seen.tenant is not None else None
         self._previous = 0.0
         self._sink: ChunkSink = _PULLED  # push() puts the client's connection here
         self._pulled: AsyncGenerator[bytes, None] | None = None  # chunks(), made only for a door that pulls
@@ -104,6 +105,9 @@ class ChatStreamRelay:
 
     def _end(self, status: int) -> None:
         answer = self._answer
+        tenant = self._seen.tenant
+        if tenant is not None and not self._last and self._sent:  # no usage event: the key's spend is counted
+            tenant.generated = generated_text(self._sent)
         self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
                           answer.usage(self._last), status=status, prompt=self._prompt,
                           error=None if status == 200 else "client closed the stream", raw_usage=self._last)

@@ -67,16 +67,21 @@ class TranslatedStreamRelay:
         return self._on_complete is not None and translator.ended and translator.error is None
 
     def _deliver(self, chunk: bytes) -> bool:
-        """Push mode's per-chunk step; True when the client's buffer is full. A SitsError it raises (a
-        chunk that does not translate) ends the stream (SseGuard.relay)."""
-        events = self._translate(chunk)
+        """Push mode's per-chunk step (`_translate` inline: it runs once per event); True when the
+        client's buffer is full. A SitsError it raises (a chunk that does not translate) ends the stream
+        (SseGuard.relay)."""
+        if self._accumulator is not None:
+            self._accumulator.feed(chunk)
+        if chunk.find(b'"usage":{') >= 0:
+            self._last = chunk
+        translator = self._translator
+        events = translator.feed(chunk)
         if not events:
             return False
-        if self._held or self._storing():
+        if self._held or (translator.ended and self._on_complete is not None and translator.error is None):
             self._held += events  # sent once `on_complete` has run
             return False
-        assert self._sink is not None
-        return self._sink.send(events[0] if len(events) == 1 else b"".join(events))
+        return self._sink.send(events[0] if len(events) == 1 else b"".join(events))  # type: ignore[union-attr]
 
     def _unended(self) -> list[bytes]:
         """The upstream's body ended: a last event without its blank line (some servers end so), or

@@ -34,6 +34,20 @@ class CharEstimate:
 
 def partial_answer(chunks: Iterable[bytes]) -> str:
     """The assistant text that the relayed SSE chunks carried (choice 0's content deltas)."""
+    return _delta_text(chunks, _CONTENT)
+
+
+def generated_text(chunks: Iterable[bytes]) -> str:
+    """Everything choice 0 generated in the relayed SSE chunks: content, reasoning and tool-call
+    arguments (what a stream without a usage event is counted from)."""
+    return _delta_text(chunks, _GENERATED)
+
+
+_CONTENT = ("content",)
+_GENERATED = ("content", "reasoning_content", "reasoning")
+
+
+def _delta_text(chunks: Iterable[bytes], fields: tuple[str, ...]) -> str:
     text: list[str] = []
     tail = b""
     for chunk in chunks:
@@ -42,11 +56,11 @@ def partial_answer(chunks: Iterable[bytes]) -> str:
         for event in events:
             for line in event.split(b"\n"):
                 if line.startswith(b"data:"):
-                    _collect(line[5:].strip(), text)
+                    _collect(line[5:].strip(), text, fields)
     return "".join(text)
 
 
-def _collect(data: bytes, into: list[str]) -> None:
+def _collect(data: bytes, into: list[str], fields: tuple[str, ...]) -> None:
     if not data.startswith(b"{"):
         return  # [DONE] or garbage: nothing to keep
     try:
@@ -56,9 +70,18 @@ def _collect(data: bytes, into: list[str]) -> None:
         return
     for choice in choices:
         if isinstance(choice, dict) and choice.get("index", 0) == 0:
-            content = (choice.get("delta") or {}).get("content")
-            if isinstance(content, str):
-                into.append(content)
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                continue
+            for field in fields:
+                piece = delta.get(field)
+                if isinstance(piece, str):
+                    into.append(piece)
+            if fields is _GENERATED:
+                for call in delta.get("tool_calls") or ():
+                    arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+                    if isinstance(arguments, str):
+                        into.append(arguments)
 
 
 def resume_body(body: bytes, partial: str, model: str, counter: TokenCounter | None) -> bytes | None:

@@ -61,7 +61,7 @@ class Ticket:
     """One admitted request: what it reserved, settled once by `finish`."""
 
     __slots__ = ("_gate", "key", "team", "user", "model", "request_id", "reservation", "prompt_tokens",
-                 "output_tokens", "reserved_nano", "warning", "table", "pending", "shape", "_done")
+                 "output_tokens", "reserved_nano", "warning", "table", "pending", "shape", "generated", "_done")
 
     def __init__(self, gate: TenantGate, key: KeyRecord, team: TeamRecord | None, user: str | None, model: str,
                  request_id: str, table: RoutingTable, shape: _Shape) -> None:
@@ -74,6 +74,8 @@ class Ticket:
         self.warning: str | None = None  # soft budget passed: said in the x-sits-budget-warning header
         # While its counters are being asked: what `TenantGate.end` takes (Redis's answer, or its failure).
         self.pending: asyncio.Future[Reservation | Denied] | None = None
+        # What a stream that reported no usage generated (its relay fills it in): counted at settlement.
+        self.generated: str | None = None
         self._done = False
 
     def finish(self, model: str, endpoint: str, status: int, seconds: float, raw_usage: bytes = b"",
@@ -92,8 +94,8 @@ class Ticket:
         if usage is None:
             if endpoint == "none" or free:
                 usage = _NO_USAGE  # no model ran
-            else:  # a model answered but said nothing of its usage: count it at the reservation (upper bound)
-                usage = Usage(self.prompt_tokens, 0, self.output_tokens, 0)
+            else:  # a model answered but said nothing of its usage
+                usage = self._unreported(model)
         cost = 0.0 if free else gate._prices.cost(table, endpoint, usage)
         if self.reservation is not None:
             gate.limiter.settle(self.reservation, usage.input_tokens + usage.output_tokens - self.prompt_tokens
@@ -107,6 +109,13 @@ class Ticket:
             self.request_id, gate._wall(), key.key_id, key.team_id, self.user, model, endpoint, usage, cost,
             seconds * 1000.0, status, free,
             requested != model and requested != AUTO and requested in table.models and not free))
+
+    def _unreported(self, model: str) -> Usage:
+        """Usage for an answer that reported none: a stream's generated text counted with the model's
+        tokenizer (characters / 4 without one); otherwise the reservation, an upper bound."""
+        if self.generated is None:
+            return Usage(self.prompt_tokens, 0, self.output_tokens, 0)
+        return Usage(self.prompt_tokens, 0, self._gate._prompt_tokens(model, self.generated), 0)
 
     def span_attributes(self) -> dict[str, str]:
         return {"sits.key_id": self.key.key_id, "sits.team": self.key.team_id}

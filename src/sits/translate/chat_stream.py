@@ -139,7 +139,22 @@ class ChatStreamReader:
         self._head = self._tail = self._separator = self._escaped_end = _NEVER
         self._quotes = 0
 
+    def lone_text(self, chunk: bytes) -> bytes | None:
+        """The text piece of `chunk` when it is one whole text-only event of the learnt shape and nothing
+        else (how a model server writes each token), else None: then `feed` it. No quote and no newline
+        between the learnt head and tail means they hold one JSON string and nothing else; a piece
+        ending in a backslash may have escaped the closing quote, and goes the long way."""
+        if self._partial or not chunk.startswith(self._head) or not chunk.endswith(self._tail):
+            return None
+        piece = chunk[len(self._head):len(chunk) - len(self._tail)]
+        if not piece or piece.find(b'"') >= 0 or piece.find(b"\n") >= 0 or piece[-1] == 92:  # 92: backslash
+            return None
+        return piece
+
     def feed(self, chunk: bytes) -> list[Item]:
+        piece = self.lone_text(chunk)
+        if piece is not None:
+            return [[piece]]
         data = self._partial + chunk if self._partial else chunk
         if data.find(b"\r") >= 0:  # CRLF line ends (rare): as LF, so events end with one separator
             data = data.replace(b"\r\n", b"\n")

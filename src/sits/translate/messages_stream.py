@@ -56,6 +56,10 @@ class MessagesStream:
         return [_START % (orjson.dumps(self._id), orjson.dumps(self._model))]
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if self._open_kind == "text" and not self.ended:
+            piece = self._reader.lone_text(chunk)
+            if piece is not None:  # one token's event into the open text block: most of a stream
+                return [self._text_delta + piece + _DELTA_END]
         out = [] if self._started else self.start()
         for item in self._reader.feed(chunk):
             if self.ended:

@@ -101,6 +101,14 @@ class ResponsesStream:
         return [_OPENED % (snapshot, snapshot)]
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        text = self._text
+        if text is not None and not self._message_done and not self.ended:
+            piece = self._reader.lone_text(chunk)
+            if piece is not None:  # one token's event into the open message: most of a stream
+                text.append(piece)
+                sequence = self._sequence
+                self._sequence = sequence + 1
+                return [self._text_delta % (sequence, piece)]
         out = [] if self._started else self.start()
         for item in self._reader.feed(chunk):
             if self.ended:

@@ -48,11 +48,27 @@ def test_text_events_say_the_same_sliced_or_parsed(pieces, cuts):
     rb'back\\',  # a text ending in a backslash
     rb'tab\there',
 ])
-def test_texts_written_another_way_come_through(written):
+@pytest.mark.parametrize("one_event_per_read", [False, True])
+def test_texts_written_another_way_come_through(written, one_event_per_read):
     first = event({"content": "Hello"})
     other = first.replace(b'"Hello"', b'"' + written + b'"')
-    text, _ = read(first + other + other + b"data: [DONE]\n\n")
+    wire = first + other + other + b"data: [DONE]\n\n"
+    cuts = [len(first), len(first) + len(other), len(first) + 2 * len(other)] if one_event_per_read else None
+    text, _ = read(wire, cuts)
     assert text == "Hello" + 2 * orjson.loads(b'"' + written + b'"')
+
+
+def test_a_lone_event_of_the_learnt_shape_is_sliced_and_anything_else_is_not():
+    reader = ChatStreamReader()
+    first = event({"content": "Hello"})
+    assert reader.lone_text(first) is None  # nothing learnt yet
+    assert reader.feed(first) == [[b"Hello"]]
+    assert reader.lone_text(event({"content": "world"})) == b"world"
+    assert reader.lone_text(event({"content": 'say "hi"'})) is None  # a quote: parsed
+    assert reader.lone_text(event({"content": "a"}) + event({"content": "b"})) is None  # two events: a run
+    assert reader.lone_text(event({"content": "a"})[:-1]) is None  # not whole
+    assert reader.lone_text(event({"content": "x\\"})) is None  # ends in a backslash: parsed
+    assert reader.lone_text(event({"content": ""})) is None
 
 
 def test_an_event_of_another_shape_inside_a_run_is_read_for_what_it_is():

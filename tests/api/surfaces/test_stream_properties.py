@@ -1,5 +1,5 @@
 """Property tests of the stream translation: every valid chat-completion chunk sequence, cut into byte
-chunks anywhere, becomes a valid event sequence of each surface (order, indices, usage totals), and a
+chunks anywhere or read one event at a time, becomes a valid event sequence of each surface (order, indices, usage totals), and a
 Messages stream translated back to chat chunks says the same thing again."""
 
 from __future__ import annotations
@@ -46,9 +46,13 @@ def chat_streams(draw: Any) -> dict[str, Any]:
                        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                                  "total_tokens": prompt + completion,
                                  "prompt_tokens_details": {"cached_tokens": cached}}})
-    wire = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
-    cuts = sorted(draw(st.lists(st.integers(0, len(wire)), max_size=12)))
-    parts = [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True)]
+    each = [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
+    wire = b"".join(each)
+    if draw(st.booleans()):  # one event per read, as a model server writes tokens
+        parts = each
+    else:
+        cuts = sorted(draw(st.lists(st.integers(0, len(wire)), max_size=12)))
+        parts = [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True)]
     return {"reasoning": "".join(reasoning), "text": "".join(text),
             "tools": [(c, n, "".join(a)) for c, n, a in tools], "finish": finish, "usage": used, "parts": parts}
 
