@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
@@ -75,6 +76,21 @@ def one_model_config(url: str, name: str = "m1", **server: Any) -> dict[str, Any
 
 def base_url(gateway: Gateway) -> str:
     return f"http://127.0.0.1:{gateway.bound_port}"
+
+
+async def read_slowly(gateway: Gateway, path: str, body: dict[str, Any], headers: dict[str, str] | None = None,
+                      ) -> bytes:
+    """POST `body` and read the (long, streamed) answer 64 KB at a time with a pause after each read, as a
+    slow client does: its socket fills, and the gateway must wait for it to drain and then go on."""
+    received = b""
+    async with aiohttp.ClientSession(read_bufsize=64 * 1024) as session:
+        async with session.post(base_url(gateway) + path, json=body, headers=headers or {}) as response:
+            while True:
+                part = await asyncio.wait_for(response.content.read(64 * 1024), 10)
+                if not part:
+                    return received
+                received += part
+                await asyncio.sleep(0.002)
 
 
 def sdk(gateway: Gateway, api_key: str = "client-key", **kwargs: Any) -> openai.AsyncOpenAI:

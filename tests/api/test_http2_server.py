@@ -85,6 +85,24 @@ async def test_streaming_relays_every_chunk_to_done(upstream, start_gateway):
     assert events[-1] == "data: [DONE]" and len(events) == 6 + 2  # chunks, the finish chunk, [DONE]
 
 
+async def test_translated_streams_are_read_by_the_h2_door(upstream, start_gateway):
+    """The Responses and Messages surfaces over HTTP/2: the door pulls the translated relay."""
+    upstream.stream_chunks = 4
+    gateway = await start_gateway(h2_config(upstream.url))
+    async with h2_client() as http:
+        stream = await h2_sdk(gateway, http).responses.create(model="m1", input="hi", stream=True)
+        events = [e async for e in stream]
+        async with http.stream("POST", h2_url(gateway) + "/v1/messages",
+                               headers={"anthropic-version": "2023-06-01"},
+                               json={"model": "m1", "max_tokens": 10, "stream": True, "messages": HI}) as response:
+            assert response.http_version == "HTTP/2"
+            names = [line[7:] async for line in response.aiter_lines() if line.startswith("event: ")]
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == "tok0 tok1 tok2 tok3 "
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    assert names.count("content_block_delta") == 4
+
+
 async def test_many_concurrent_streams_share_one_connection(upstream, start_gateway):
     upstream.stream_chunks, upstream.chunk_delay = 4, 0.01
     gateway = await start_gateway(h2_config(upstream.url))

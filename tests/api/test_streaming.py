@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import orjson
 
-from tests.conftest import base_url, one_model_config
+from tests.conftest import base_url, one_model_config, read_slowly
 
 STREAM_BODY = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
@@ -41,15 +41,7 @@ async def test_a_client_reading_slowly_gets_a_long_stream_whole_and_in_order(ups
     resumed would stall here; one that ignored the full socket would buffer the whole stream)."""
     upstream.stream_chunks, upstream.chunk_padding = 400, 20_000
     gateway = await start_gateway(one_model_config(upstream.url))
-    async with aiohttp.ClientSession(read_bufsize=64 * 1024) as session:
-        async with session.post(base_url(gateway) + "/v1/chat/completions", json=STREAM_BODY) as response:
-            body = b""
-            while True:
-                part = await asyncio.wait_for(response.content.read(64 * 1024), 10)
-                if not part:
-                    break
-                body += part
-                await asyncio.sleep(0.002)
+    body = await read_slowly(gateway, "/v1/chat/completions", STREAM_BODY)
     events = [line[6:] for line in body.split(b"\n") if line.startswith(b"data: ")]
     assert events[-1] == b"[DONE]"
     tokens = [orjson.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1]]

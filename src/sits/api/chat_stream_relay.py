@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from time import perf_counter
 
 import orjson
 
 from sits.api.http_types import ChunkSink
+from sits.api.pulled_relay import PulledRelay
 from sits.api.request_observer import Observation
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.answer import Answer
@@ -32,7 +33,7 @@ from sits.telemetry.metrics import Buckets
 log = logging.getLogger("sits.api")
 
 
-class ChatStreamRelay:
+class ChatStreamRelay(PulledRelay):
     __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_last",
                  "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_pulled")
 
@@ -136,16 +137,6 @@ class ChatStreamRelay:
         finally:
             sink.on_drained = None
             self._end(status)
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        """The relay as an async iterable: a door that pulls gets `chunks()`, one that pushes never makes it."""
-        self._pulled = self.chunks()
-        return self._pulled
-
-    async def aclose(self) -> None:
-        """What a pulling door calls when its client went away: the pull ends, and with it the upstream."""
-        if self._pulled is not None:
-            await self._pulled.aclose()
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         status = 499

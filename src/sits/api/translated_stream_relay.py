@@ -12,10 +12,11 @@ client's next turn finds it; pushed, the events of the chunk that ended it are h
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol
 
 from sits.api.http_types import ChunkSink
+from sits.api.pulled_relay import PulledRelay
 from sits.api.request_observer import Observation
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.answer import Answer
@@ -35,7 +36,7 @@ class StreamTranslator(Protocol):
     def fail(self, message: str, code: str) -> list[bytes]: ...
 
 
-class TranslatedStreamRelay:
+class TranslatedStreamRelay(PulledRelay):
     __slots__ = ("_answer", "_seen", "_prompt", "_translator", "_director", "_on_complete", "_accumulator",
                  "_last", "_sink", "_held", "_pulled")
 
@@ -130,16 +131,6 @@ class TranslatedStreamRelay:
         finally:
             sink.on_drained = None
             self._end(status, error)
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        """As an async iterable: a door that pulls gets `chunks()`, one that pushes never makes it."""
-        self._pulled = self.chunks()
-        return self._pulled
-
-    async def aclose(self) -> None:
-        """What a pulling door calls when its client went away: the pull ends, and with it the upstream."""
-        if self._pulled is not None:
-            await self._pulled.aclose()
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         status, error = CLIENT_GONE, "client closed the stream"

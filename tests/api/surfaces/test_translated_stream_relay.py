@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
@@ -17,7 +16,7 @@ from sits.api.translated_stream_relay import TranslatedStreamRelay
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.translate.messages_stream import MessagesStream
 from sits.translate.responses_stream import ResponsesStream
-from tests.conftest import base_url, one_model_config
+from tests.conftest import one_model_config, read_slowly
 
 
 def chat_chunks(texts: list[str]) -> list[bytes]:
@@ -183,16 +182,7 @@ async def test_a_client_reading_slowly_gets_a_long_translated_stream_whole_and_i
     upstream.stream_chunks, upstream.chunk_padding = 400, 20_000
     gateway = await start_gateway(one_model_config(upstream.url))
     body = {"model": "m1", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    received = b""
-    async with aiohttp.ClientSession(read_bufsize=64 * 1024) as session:
-        async with session.post(base_url(gateway) + "/v1/messages", json=body,
-                                headers={"anthropic-version": "2023-06-01"}) as response:
-            while True:
-                part = await asyncio.wait_for(response.content.read(64 * 1024), 10)
-                if not part:
-                    break
-                received += part
-                await asyncio.sleep(0.002)
+    received = await read_slowly(gateway, "/v1/messages", body, {"anthropic-version": "2023-06-01"})
     names = event_names(received)
     assert names[0] == "message_start" and names[-1] == "message_stop"
     texts = [orjson.loads(line[6:])["delta"]["text"] for line in received.split(b"\n")
