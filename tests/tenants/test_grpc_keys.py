@@ -82,3 +82,20 @@ async def test_grpc_calls_pass_the_key_gate_with_grpc_codes_and_the_http_message
     # Settled on the usage the upstream reported (1000 in, 500 out at $3 / $15 per million), on both calls.
     assert unary.usage.input_tokens == streamed.usage.input_tokens == 1000
     assert unary.cost_usd == pytest.approx(streamed.cost_usd) == pytest.approx(0.0105)
+
+
+async def test_a_grpc_stream_without_usage_is_settled_on_its_counted_text(usage_upstream, tenant_gateway):
+    keys, spend = Keys(), Spend()
+    keys.add("sk-n", "key_n", budget=Budget("daily", soft_usd=100.0))
+    raw = tenant_config(usage_upstream.url)
+    raw["server"]["grpc_port"] = 0
+    gateway = await tenant_gateway(raw, keys, spend)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc.bound_port}") as channel:
+        stub = chat_pb2_grpc.ChatCompletionsStub(channel)
+        stream = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI, max_tokens=400),
+                                   metadata=bearer("sk-n"))
+        messages = [m async for m in stream]
+        assert sum(len(m.chunks) for m in messages) == 3 and await stream.code() == grpc.StatusCode.OK
+    record = (await spend.wait_for(1))[0]
+    # "t0 t1 t2 " counted (3 tokens by the chars / 4 estimate), not the 400 reserved
+    assert record.usage.output_tokens == 3 and record.status == 200

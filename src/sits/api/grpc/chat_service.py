@@ -38,6 +38,7 @@ from sits.pipeline.answer import Answer
 from sits.pipeline.cached_response import CompletionAccumulator, completion_from_json
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
+from sits.pipeline.stream_resume import generated_text
 
 log = logging.getLogger("sits.api")
 
@@ -162,10 +163,14 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         route: pb.Route | None = route_message(answer, call.routing.request_id)
         done, usage_event, previous = False, b"", 0.0
         status, error = CLIENT_GONE, "the client cancelled the stream"
+        # A keyed stream's chunks, by reference: counted for the key's spend if no usage event comes.
+        kept: list[bytes] | None = [] if seen is not None and seen.tenant is not None else None
         try:
             async for data in answer.chunks(call.include_usage):
                 if accumulator is not None:
                     accumulator.feed(data)
+                if kept is not None:
+                    kept.append(data)
                 if gaps is not None:
                     now = perf_counter()
                     if previous:
@@ -196,6 +201,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
             if status == CLIENT_GONE and deadline.expired():
                 status, error = UpstreamTimeout.http_status, "the call's deadline passed mid-stream"
             if seen is not None:
+                if kept and not usage_event and seen.tenant is not None:
+                    seen.tenant.generated = generated_text(kept)
                 seen.served(answer.model, source, answer.route, answer.attempts, answer.first_byte_at,
                             answer.usage(usage_event), status=status, prompt=call.routing.prompt_text, error=error,
                             raw_usage=usage_event)
