@@ -106,7 +106,8 @@ class ResponsesRoutes:
                 log.warning("response %s was not stored: %s", response_id, exc.message)
 
         if stream:
-            return StreamingResponse(200, self._path.relay_passthrough(started, keep), headers=headers)
+            relay = self._path.relay_passthrough(started, keep)
+            return StreamingResponse(200, relay, headers=headers, push=relay.push)
         payload, parsed = await self._path.read_passthrough(started)
         response_id = parsed.get("id") if isinstance(parsed, dict) else None
         if store and isinstance(response_id, str) and parsed.get("status") in ("completed", "incomplete"):

@@ -9,7 +9,7 @@ A `/v1/responses` request also carries its own body (`Passthrough`): an endpoint
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -19,14 +19,14 @@ from sits.api.request_intake import RequestIntake
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.schemas import CHAT_COMPLETION
 from sits.api.tenant_gate import HttpTenantGate
-from sits.api.translated_stream_relay import CHAT_API, CLIENT_GONE, StreamTranslator, TranslatedStreamRelay
+from sits.api.translated_stream_relay import CHAT_API, StreamTranslator, TranslatedStreamRelay
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.answer import Answer
 from sits.pipeline.cached_response import completion_from_json
 from sits.pipeline.context import Passthrough
 from sits.pipeline.director import Director
-from sits.translate.responses_passthrough import ResponsesTap, failed_event
+from sits.translate.responses_passthrough import PassthroughStream
 from sits.translate.usage import chat_usage_from_responses
 
 
@@ -115,38 +115,27 @@ class SurfacePath:
                     answer.usage(raw), prompt=prompt, raw_usage=raw)
         return payload, parsed
 
-    async def relay_passthrough(self, started: Started,
-                                on_complete: Callable[[dict[str, Any]], Awaitable[None]] | None = None
-                                ) -> AsyncIterator[bytes]:
-        """A passed-through stream, relayed as it comes; `on_complete` gets the response it closes with
-        (completed or incomplete) before the client sees that event. A stream that breaks, or ends
-        without closing, ends with `response.failed`."""
+    def relay_passthrough(self, started: Started,
+                          on_complete: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+                          ) -> TranslatedStreamRelay:
+        """A passed-through stream, relayed as it comes, pushed or pulled like a translated one;
+        `on_complete` gets the response it closes with (completed or incomplete) before the client sees
+        that event. A stream that breaks, or ends without closing, ends with `response.failed`. Not kept
+        for the cache steps, which hold chat completions."""
         answer, seen, prompt = started
-        tap = ResponsesTap(answer.source)
-        status, error = CLIENT_GONE, "client closed the stream"
-        try:
-            try:
-                async for chunk in answer.chunks(True):
-                    if tap.feed(chunk) and tap.response is not None and on_complete is not None:
-                        await on_complete(tap.response)  # stored before the client sees the end
-                    yield chunk
-                if not tap.ended and tap.end() and tap.response is not None and on_complete is not None:
-                    await on_complete(tap.response)
-                if not tap.ended:
-                    raise UpstreamProtocolError(f"upstream {answer.source} ended the stream without closing the "
-                                                "response")
-                status, error = (200, None) if tap.error is None else (502, tap.error)
-            except SitsError as exc:
-                if tap.response is None:  # after the closing event, what breaks is no longer the answer
-                    status, error = exc.http_status, exc.message
-                    yield failed_event(tap.response_id, exc.message, exc.code)
-                else:
-                    status, error = 200, None
-        finally:
-            raw = _usage_event(tap.response.get("usage") if tap.response is not None else None)
-            seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                        answer.usage(raw), status=status, prompt=prompt, error=error, raw_usage=raw)
-            answer.close(status == 200)
+        stream = PassthroughStream(answer.source)
+        tap = stream.tap
+
+        async def stored() -> None:
+            if on_complete is not None and tap.response is not None:
+                await on_complete(tap.response)
+
+        def usage() -> bytes:
+            return _usage_event(tap.response.get("usage") if tap.response is not None else None)
+
+        return TranslatedStreamRelay(answer, seen, prompt, stream, self._director,
+                                     stored if on_complete is not None else None, chat=False, raw_usage=usage,
+                                     missing_end="closing the response")
 
 
 def _usage_event(usage: Any) -> bytes:

@@ -38,17 +38,24 @@ class StreamTranslator(Protocol):
 
 class TranslatedStreamRelay(PulledRelay):
     __slots__ = ("_answer", "_seen", "_prompt", "_translator", "_director", "_on_complete", "_accumulator",
-                 "_last", "_sink", "_held", "_pulled")
+                 "_last", "_sink", "_held", "_pulled", "_raw_usage", "_missing_end")
 
     def __init__(self, answer: Answer, seen: Observation, prompt: str, translator: StreamTranslator,
-                 director: Director, on_complete: Callable[[], Awaitable[None]] | None = None) -> None:
+                 director: Director, on_complete: Callable[[], Awaitable[None]] | None = None, *,
+                 chat: bool = True, raw_usage: Callable[[], bytes] | None = None,
+                 missing_end: str = "[DONE]") -> None:
+        """`chat`: the answer is a chat stream (kept for the cache steps when it may be); otherwise
+        `raw_usage` gives the usage to record, as chat usage, once the stream ended, and `missing_end`
+        names what a stream cut short never sent."""
         self._answer = answer
         self._seen = seen
         self._prompt = prompt
         self._translator = translator
         self._director = director
         self._on_complete = on_complete
-        self._accumulator = CompletionAccumulator(CHAT_API) if answer.cache_key is not None else None
+        self._accumulator = CompletionAccumulator(CHAT_API) if chat and answer.cache_key is not None else None
+        self._raw_usage = raw_usage
+        self._missing_end = missing_end
         self._last = b""  # the last chunk that carried usage
         self._sink: ChunkSink | None = None  # push() puts the client's connection here
         self._held: list[bytes] = []  # pushed events waiting for `on_complete`
@@ -90,18 +97,26 @@ class TranslatedStreamRelay(PulledRelay):
         translator = self._translator
         events = translator.feed(b"\n\n") if not translator.ended else []
         if not translator.ended:
-            raise UpstreamProtocolError(f"upstream {self._answer.source} ended the stream without [DONE]")
+            raise UpstreamProtocolError(f"upstream {self._answer.source} ended the stream without {self._missing_end}")
         return events
 
     def _status(self) -> tuple[int, str | None]:
         error = self._translator.error
         return (200, None) if error is None else (502, error)
 
+    def _failed(self, exc: SitsError) -> tuple[int, str | None, list[bytes]]:
+        """(status, error, the surface's closing events) for a failure; after a stream that ended well,
+        what broke is no longer the answer."""
+        translator = self._translator
+        if translator.ended and translator.error is None:
+            return 200, None, []
+        return exc.http_status, exc.message, translator.fail(exc.message, exc.code)
+
     def _end(self, status: int, error: str | None) -> None:
         answer = self._answer
+        last = self._last if self._raw_usage is None else self._raw_usage()
         self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                          answer.usage(self._last), status=status, prompt=self._prompt, error=error,
-                          raw_usage=self._last)
+                          answer.usage(last), status=status, prompt=self._prompt, error=error, raw_usage=last)
         answer.close(status == 200)
         if status == 200 and self._accumulator is not None:
             self._director.remember(answer, self._accumulator.result())
@@ -122,8 +137,8 @@ class TranslatedStreamRelay(PulledRelay):
                 self._held += self._unended()
                 status, error = self._status()
             except SitsError as exc:
-                status, error = exc.http_status, exc.message
-                self._held += self._translator.fail(exc.message, exc.code)
+                status, error, events = self._failed(exc)
+                self._held += events
             if self._storing():
                 await self._complete()
             if self._held:
@@ -149,8 +164,9 @@ class TranslatedStreamRelay(PulledRelay):
                     yield b"".join(events)
                 status, error = self._status()
             except SitsError as exc:
-                status, error = exc.http_status, exc.message
-                events = self._translator.fail(exc.message, exc.code)
+                status, error, events = self._failed(exc)
+                if self._storing():
+                    await self._complete()
                 if events:
                     yield b"".join(events)
         finally:

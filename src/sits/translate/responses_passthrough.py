@@ -133,6 +133,32 @@ class ResponsesTap:
         return True
 
 
+class PassthroughStream:
+    """A Responses-API upstream's stream as a stream relay carries it (api/translated_stream_relay.py):
+    every chunk goes on unchanged, and the tap reads it for the response it closes with."""
+
+    __slots__ = ("tap",)
+
+    def __init__(self, source: str = "upstream") -> None:
+        self.tap = ResponsesTap(source)
+
+    @property
+    def ended(self) -> bool:
+        return self.tap.ended
+
+    @property
+    def error(self) -> str | None:
+        return self.tap.error
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        self.tap.feed(chunk)
+        return [chunk]
+
+    def fail(self, message: str, code: str) -> list[bytes]:
+        """The stream broke before it closed: `response.failed` (nothing once the upstream closed it)."""
+        return [] if self.tap.ended else [failed_event(self.tap.response_id, message, code)]
+
+
 def _error_message(payload: Any, response: Any) -> str:
     error = response.get("error") if isinstance(response, dict) else None
     if error is None and isinstance(payload, dict):

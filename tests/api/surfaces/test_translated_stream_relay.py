@@ -15,6 +15,7 @@ import pytest
 from sits.api.translated_stream_relay import TranslatedStreamRelay
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.translate.messages_stream import MessagesStream
+from sits.translate.responses_passthrough import PassthroughStream
 from sits.translate.responses_stream import ResponsesStream
 from tests.conftest import one_model_config, read_slowly
 
@@ -92,9 +93,11 @@ class Sink:
         return False
 
 
-def relay_of(answer: PushedAnswer, translator: Any, on_complete: Any = None) -> tuple[TranslatedStreamRelay, Observed]:
+def relay_of(answer: PushedAnswer, translator: Any, on_complete: Any = None,
+             **options: Any) -> tuple[TranslatedStreamRelay, Observed]:
     seen = Observed()
-    return TranslatedStreamRelay(answer, seen, "hi", translator, None, on_complete), seen  # type: ignore[arg-type]
+    relay = TranslatedStreamRelay(answer, seen, "hi", translator, None, on_complete, **options)  # type: ignore[arg-type]
+    return relay, seen
 
 
 def event_names(body: bytes) -> list[str]:
@@ -189,3 +192,44 @@ async def test_a_client_reading_slowly_gets_a_long_translated_stream_whole_and_i
              if line.startswith(b"data: ") and b'"text_delta"' in line]
     assert [t.split(" ")[0] for t in texts] == [f"tok{i}" for i in range(400)]
     assert upstream.log.completed_streams == 1
+
+
+def responses_events(texts: list[str]) -> list[bytes]:
+    """A Responses-API upstream's stream: created, text deltas, completed."""
+    def event(kind: str, **fields: Any) -> bytes:
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+    response = {"id": "resp_up", "object": "response", "status": "in_progress", "output": []}
+    events = [event("response.created", response=response)]
+    events += [event("response.output_text.delta", delta=t) for t in texts]
+    done = {**response, "status": "completed", "usage": {"input_tokens": 4, "output_tokens": len(texts)}}
+    return events + [event("response.completed", response=done)]
+
+
+@pytest.mark.parametrize("consume", [pushed, pulled])
+async def test_a_passed_through_stream_goes_on_unchanged_and_is_stored_before_it_closes(consume):
+    chunks = responses_events(["Hel", "lo"])
+    stream = PassthroughStream("m1/ep-0")
+    stored: list[bytes] = []
+    sink = Sink()
+
+    async def store() -> None:
+        await asyncio.sleep(0.01)
+        stored.append(b"".join(sink.sent))
+    relay, seen = relay_of(PushedAnswer(chunks), stream, store)
+    if consume is pushed:
+        await relay.push(sink)
+    else:
+        sink.sent = [chunk async for chunk in _recording(relay, sink)]
+    body = b"".join(sink.sent)
+    assert body == b"".join(chunks)  # relayed as it came
+    assert stored and b"response.completed" not in stored[0]
+    assert stream.tap.response is not None and stream.tap.response["id"] == "resp_up"
+    assert seen.calls[0]["status"] == 200
+
+
+async def test_a_passed_through_stream_cut_short_ends_with_response_failed():
+    relay, seen = relay_of(PushedAnswer(responses_events(["Hel", "lo"])[:2]), PassthroughStream("m1/ep-0"),
+                           chat=False, missing_end="closing the response")
+    body = await pushed(relay)
+    assert event_names(body)[-1] == "response.failed" and b"without closing the response" in body
+    assert seen.calls[0]["status"] == 502
