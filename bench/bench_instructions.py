@@ -15,6 +15,7 @@ Valgrind runs the gateway about 50x slower, so the counts include no waiting: on
     python bench/bench_instructions.py --src ../old/src      # another commit's source (A/B)
     python bench/bench_instructions.py --json results/instructions.json
     python bench/bench_instructions.py --tenants             # keys, a Redis rpm/tpm/concurrency limit, budgets on
+    python bench/bench_instructions.py --surface responses-passthrough   # a Responses-API upstream, relayed
 
 Needs `valgrind` (Debian package) and `taskset`. Results: a Markdown table on stdout.
 """
@@ -63,7 +64,14 @@ SURFACES = {
     "responses": ("/v1/responses", {"input": "hello there", "store": False}, {}, b"response.completed"),
     "messages": ("/v1/messages", {"max_tokens": 64, "messages": [{"role": "user", "content": "hello there"}]},
                  {"anthropic-version": "2023-06-01"}, b"message_stop"),
+    # passed through to an endpoint that speaks the Responses API (PASSTHROUGH_CONFIG), not translated
+    "responses-passthrough": ("/v1/responses", {"input": "hello there", "store": False}, {}, b"response.completed"),
 }
+PASSTHROUGH_CONFIG = """
+models:
+  - name: bench-model
+    endpoints: [{url: "UPSTREAM_URL", api: responses}]
+"""
 
 
 async def _load(port: int, stream: bool, requests: int, concurrency: int, surface: str = "chat",
@@ -105,9 +113,10 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
     upstream_url = f"http://127.0.0.1:{upstream_port}/v1"
     if server == "sits":
         command = ["-m", "sits", "serve", "--backend", f"bench-model={upstream_url}"]
-        if config is not None:  # the bench model's URL goes where the file says UPSTREAM_URL
+        if config is not None or surface == "responses-passthrough":  # UPSTREAM_URL: the bench model's URL
             config_file = out_dir / "config.yaml"
-            config_file.write_text(config.read_text().replace("UPSTREAM_URL", upstream_url))
+            text = config.read_text() if config is not None else PASSTHROUGH_CONFIG
+            config_file.write_text(text.replace("UPSTREAM_URL", upstream_url))
             command[3:] = ["--config", str(config_file)]
         if tenants_redis is not None:  # the key gate on: the bench key's runner, its config, its key
             config_file = out_dir / "tenants.yaml"
@@ -188,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the upstream writes each streamed event on its own, this many ms apart, as a model server "
                     "does (default 0: all events in one write); prices relaying one event, e.g. 5 with --concurrency 2")
     ap.add_argument("--surface", default="chat", help="the API surface(s) the load speaks, comma-separated: "
-                    "chat (/v1/chat/completions), responses (/v1/responses), messages (/v1/messages)")
+                    "chat (/v1/chat/completions), responses (/v1/responses), messages (/v1/messages), "
+                    "responses-passthrough (/v1/responses to an endpoint that speaks the Responses API)")
     ap.add_argument("--tenants", action="store_true",
                     help="turn the key gate on: a tenant key with rpm, tpm and concurrency limits counted in Redis "
                     "(--redis-url) and daily and monthly budgets, a priced model (bench/sits_bench_keys.py)")

@@ -7,6 +7,9 @@ Raw asyncio.Protocol + httptools (llhttp) on uvloop; every response is prebuilt 
                                            chunked transfer encoding, one write (with
                                            --event-gap-ms G: each event its own write, G ms
                                            apart, as a model server streams tokens)
+- POST /v1/responses (a Responses-API upstream, for `api: responses` endpoints) -> one small response
+  object, or with stream=true: created, in_progress, 6 output_text.delta events and completed
+  (8 events, the same token text), one write or spaced like the chat stream
 - with --error-every N, every Nth completion is a 500 error instead (injected upstream errors)
 - GET  /v1/models, GET /health          -> model list / ok
 - GET  /stats                           -> {"connections": opened so far, "completions": answered so far}
@@ -66,12 +69,33 @@ def _chunk(delta: dict, finish_reason: str | None) -> bytes:
 
 def stream_events() -> list[bytes]:
     """The SSE payloads: role, 6 content tokens, finish; then [DONE]."""
-    tokens = ["Hello", " from", " the", " bench", " upstream", "."]
     events = [_chunk({"role": "assistant", "content": ""}, None)]
-    events += [_chunk({"content": t}, None) for t in tokens]
+    events += [_chunk({"content": t}, None) for t in _TOKENS]
     events.append(_chunk({}, "stop"))
     assert len(events) == STREAM_EVENTS
     return events + [b"[DONE]"]
+
+
+_TOKENS = ["Hello", " from", " the", " bench", " upstream", "."]
+
+
+def _response_object(status: str, text: str) -> dict:
+    output = [{"type": "message", "id": "msg_bench", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]}] if text else []
+    return {"id": "resp_bench", "object": "response", "created_at": CREATED, "status": status, "model": MODEL,
+            "output": output, "usage": {"input_tokens": 9, "output_tokens": 7, "total_tokens": 16}}
+
+
+def responses_events() -> list[bytes]:
+    """A Responses stream's SSE events (each with its `event:` line): 8 of them, as many as the chat stream's."""
+    def event(kind: str, **fields: object) -> bytes:
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+    events = [event("response.created", response=_response_object("in_progress", "")),
+              event("response.in_progress", response=_response_object("in_progress", ""))]
+    events += [event("response.output_text.delta", item_id="msg_bench", output_index=0, content_index=0, delta=t)
+               for t in _TOKENS]
+    events.append(event("response.completed", response=_response_object("completed", "".join(_TOKENS))))
+    return events
 
 
 def _http_chunk(payload: bytes) -> bytes:
@@ -87,14 +111,24 @@ def _response(status: bytes, content_type: bytes, body: bytes, keep_alive: bool)
     )
 
 
-def _stream_response(keep_alive: bool) -> bytes:
+def _stream_response(keep_alive: bool, events: list[bytes] | None = None) -> bytes:
     conn = b"keep-alive" if keep_alive else b"close"
     head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         b"Transfer-Encoding: chunked\r\nConnection: %s\r\n\r\n" % conn
     )
-    body = b"".join(_http_chunk(b"data: " + e + b"\n\n") for e in stream_events())
-    return head + body + b"0\r\n\r\n"
+    if events is None:
+        events = [b"data: " + e + b"\n\n" for e in stream_events()]
+    return head + b"".join(_http_chunk(e) for e in events) + b"0\r\n\r\n"
+
+
+def _spaced(keep_alive: bool, events: list[bytes]) -> list[bytes]:
+    """The stream as one write per event (the head with the first, the terminator with the last)."""
+    whole = _stream_response(keep_alive, events)
+    pieces = [_http_chunk(e) for e in events]
+    pieces[0] = whole[:whole.index(b"\r\n\r\n") + 4] + pieces[0]
+    pieces[-1] += b"0\r\n\r\n"
+    return pieces
 
 
 _MODELS = orjson.dumps(
@@ -107,10 +141,11 @@ _BAD_REQUEST = orjson.dumps({"error": {"message": "bad request", "type": "invali
 _COMPLETION = {k: _response(b"200 OK", b"application/json", _completion_body(), k) for k in (True, False)}
 _STREAM = {k: _stream_response(k) for k in (True, False)}
 # --event-gap-ms: the same stream as one write per event (the head with the first, the terminator with [DONE])
-_STREAM_PIECES = {k: [_http_chunk(b"data: " + e + b"\n\n") for e in stream_events()] for k in (True, False)}
-for _k, _pieces in _STREAM_PIECES.items():
-    _pieces[0] = _STREAM[_k][:_STREAM[_k].index(b"\r\n\r\n") + 4] + _pieces[0]
-    _pieces[-1] += b"0\r\n\r\n"
+_STREAM_PIECES = {k: _spaced(k, [b"data: " + e + b"\n\n" for e in stream_events()]) for k in (True, False)}
+_RESPONSE = {k: _response(b"200 OK", b"application/json",
+                          orjson.dumps(_response_object("completed", "".join(_TOKENS))), k) for k in (True, False)}
+_RESPONSE_STREAM = {k: _stream_response(k, responses_events()) for k in (True, False)}
+_RESPONSE_PIECES = {k: _spaced(k, responses_events()) for k in (True, False)}
 EVENT_GAP_S = 0.0
 _MODELS_RESP = {k: _response(b"200 OK", b"application/json", _MODELS, k) for k in (True, False)}
 _HEALTH_RESP = {k: _response(b"200 OK", b"application/json", b'{"status":"ok"}', k) for k in (True, False)}
@@ -199,6 +234,15 @@ class UpstreamProtocol(asyncio.Protocol):
                 return
             else:
                 transport.write(_STREAM[keep])
+        elif method == b"POST" and path == b"/v1/responses":
+            Stats.completions += 1
+            if not _wants_stream(b"".join(self.body)):
+                transport.write(_RESPONSE[keep])
+            elif EVENT_GAP_S > 0:
+                self._write_spaced(_RESPONSE_PIECES[keep], keep)
+                return
+            else:
+                transport.write(_RESPONSE_STREAM[keep])
         elif method == b"GET" and path == b"/v1/models":
             transport.write(_MODELS_RESP[keep])
         elif method == b"GET" and path == b"/stats":
