@@ -99,6 +99,11 @@ class ResponsesTap:
     def feed(self, chunk: bytes) -> bool:
         if self.ended:
             return False
+        find = chunk.find
+        if self.response_id is not None and chunk.endswith(b"\n\n") and self._splitter.between_events() \
+                and find(b"response.completed") < 0 and find(b"response.incomplete") < 0 \
+                and find(b"response.failed") < 0 and find(b"error") < 0:
+            return False  # whole events, none of them closing (_CLOSING): nothing for the tap (most of a stream)
         for event in self._splitter.feed(chunk):
             if self._event(event.name, event.data):
                 return True

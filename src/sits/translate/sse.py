@@ -51,6 +51,10 @@ class SseSplitter:
             # comments (":") and other fields are skipped
         return events
 
+    def between_events(self) -> bool:
+        """Nothing of an event is held: the bytes fed so far ended with a complete event."""
+        return not self._partial and not self._data and not self._name
+
     def end(self) -> list[SseEvent]:
         """An event the stream did not close with a blank line (some servers end that way)."""
         rest = self.feed(b"\n\n") if (self._partial or self._data) else []

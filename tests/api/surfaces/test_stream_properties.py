@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from sits.translate.anthropic_upstream import AnthropicToChat
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
 from sits.translate.messages_stream import MessagesStream
+from sits.translate.responses_passthrough import ResponsesTap
 from sits.translate.responses_stream import ResponsesStream
 from sits.translate.sse import SseSplitter
 
@@ -184,3 +185,27 @@ def test_a_messages_stream_without_message_start_still_begins_with_the_role_and_
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert chunks[1]["choices"][0]["delta"] == {"content": "Hi"}
     assert chunks[-1]["usage"]["completion_tokens"] == 2 and chunks[-1]["usage"]["prompt_tokens"] == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["Hi", " error", " response.failed", " ok", "\u00e9"]), max_size=8),
+       st.sampled_from(["completed", "incomplete", "failed"]), st.booleans(), st.lists(st.integers(0, 4000), max_size=10))
+def test_the_pass_through_tap_finds_the_closing_response_however_the_stream_is_cut(texts, status, named, cuts):
+    def event(kind: str, **fields: Any) -> bytes:
+        line = b"event: " + kind.encode() + b"\n" if named else b""
+        return line + b"data: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+    response = {"id": "resp_up", "status": "in_progress", "output": []}
+    each = [event("response.created", response=response)]
+    each += [event("response.output_text.delta", delta=t) for t in texts]
+    closed = {**response, "status": status, **({"error": {"message": "boom"}} if status == "failed" else {})}
+    each.append(event(f"response.{status}", response=closed))
+    wire = b"".join(each)
+    bounds = sorted(c % (len(wire) + 1) for c in cuts)
+    parts = each if not cuts else [wire[a:b] for a, b in zip([0, *bounds], [*bounds, len(wire)], strict=True)]
+    tap = ResponsesTap()
+    closings = [tap.feed(part) for part in parts]
+    assert closings.count(True) == 1 and tap.ended and tap.response_id == "resp_up"
+    if status == "failed":
+        assert tap.response is None and tap.error == "boom"
+    else:
+        assert tap.response == closed and tap.error is None
