@@ -1,10 +1,15 @@
-"""Rebuilding the partial answer from relayed SSE chunks, and the request that continues it."""
+"""Rebuilding the partial answer from relayed SSE chunks, and the request that continues it; the text a
+stream generated, read back for a stream that reported no usage."""
 
 from __future__ import annotations
 
-import orjson
+import json
 
-from sits.pipeline.stream_resume import partial_answer, resume_body
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sits.pipeline.stream_resume import generated_text, partial_answer, resume_body
 
 
 def event(payload: dict) -> bytes:
@@ -43,3 +48,20 @@ def test_nothing_to_resume():
     assert resume_body(body, "a long partial answer", "m", None) is None  # the budget is spent
     several = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2})
     assert resume_body(several, "partial", "m", None) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["content", "reasoning_content", "arguments"]), st.text(max_size=12)),
+                max_size=8),
+       st.booleans(), st.lists(st.integers(0, 3000), max_size=6))
+def test_generated_text_is_what_each_event_says_whatever_the_text_and_the_cuts(pieces, spaced, cuts):
+    def event(field: str, text: str) -> bytes:
+        delta: dict = ({"tool_calls": [{"index": 0, "function": {"arguments": text}}]} if field == "arguments"
+                       else {field: text})
+        payload = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        raw = json.dumps(payload) if spaced else json.dumps(payload, separators=(",", ":"))  # both ways servers write
+        return b"data: " + raw.encode() + b"\n\n"
+    wire = event("content", "") + b"".join(event(f, t) for f, t in pieces) + b"data: [DONE]\n\n"
+    bounds = sorted(c % (len(wire) + 1) for c in cuts)
+    chunks = [wire[a:b] for a, b in zip([0, *bounds], [*bounds, len(wire)], strict=True)]
+    assert generated_text(chunks) == "".join(t for _, t in pieces)

@@ -9,6 +9,7 @@ tokenizer is known), and the client's stream goes on where it stopped.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,9 +39,21 @@ def partial_answer(chunks: Iterable[bytes]) -> str:
 
 
 def generated_text(chunks: Iterable[bytes]) -> str:
-    """Everything choice 0 generated in the relayed SSE chunks: content, reasoning and tool-call
-    arguments (what a stream without a usage event is counted from)."""
-    return _delta_text(chunks, _GENERATED)
+    """Everything the relayed SSE chunks generated: content, reasoning and tool-call arguments (what
+    a stream without a usage event is counted from). The JSON strings of those keys are found by one
+    regex over the bytes (quotes inside a JSON string are escaped, so `"content":"` only starts one)
+    and decoded together: a few times cheaper than parsing each event."""
+    data = b"".join(chunks)
+    pieces = _GENERATED_STRINGS.findall(data)
+    if not pieces:
+        return ""
+    try:
+        return orjson.loads(b'"' + b"".join(pieces) + b'"')  # type: ignore[no-any-return]
+    except orjson.JSONDecodeError:  # an escape cut in two by a server's own writing: event by event
+        return _delta_text((data,), _GENERATED)
+
+
+_GENERATED_STRINGS = re.compile(rb'"(?:content|reasoning_content|reasoning|arguments)"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"')
 
 
 _CONTENT = ("content",)
