@@ -3,7 +3,8 @@
 Raw asyncio.Protocol + httptools (llhttp) on uvloop; every response is prebuilt bytes.
 
 - POST /v1/chat/completions            -> one small chat.completion JSON (Content-Length)
-- POST /v1/chat/completions stream=true -> 8 chat.completion.chunk SSE events + [DONE],
+- POST /v1/chat/completions stream=true -> 8 chat.completion.chunk SSE events (and the usage event when
+                                           stream_options.include_usage asks for it) + [DONE],
                                            chunked transfer encoding, one write (with
                                            --event-gap-ms G: each event its own write, G ms
                                            apart, as a model server streams tokens)
@@ -67,12 +68,17 @@ def _chunk(delta: dict, finish_reason: str | None) -> bytes:
     )
 
 
-def stream_events() -> list[bytes]:
-    """The SSE payloads: role, 6 content tokens, finish; then [DONE]."""
+def stream_events(usage: bool = False) -> list[bytes]:
+    """The SSE payloads: role, 6 content tokens, finish; then (asked with stream_options.include_usage)
+    the usage event, as OpenAI-compatible servers send it; then [DONE]."""
     events = [_chunk({"role": "assistant", "content": ""}, None)]
     events += [_chunk({"content": t}, None) for t in _TOKENS]
     events.append(_chunk({}, "stop"))
     assert len(events) == STREAM_EVENTS
+    if usage:
+        events.append(orjson.dumps({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
+                                    "model": MODEL, "choices": [],
+                                    "usage": {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15}}))
     return events + [b"[DONE]"]
 
 
@@ -142,6 +148,8 @@ _COMPLETION = {k: _response(b"200 OK", b"application/json", _completion_body(), 
 _STREAM = {k: _stream_response(k) for k in (True, False)}
 # --event-gap-ms: the same stream as one write per event (the head with the first, the terminator with [DONE])
 _STREAM_PIECES = {k: _spaced(k, [b"data: " + e + b"\n\n" for e in stream_events()]) for k in (True, False)}
+_STREAM_USAGE = {k: _stream_response(k, [b"data: " + e + b"\n\n" for e in stream_events(True)]) for k in (True, False)}
+_STREAM_USAGE_PIECES = {k: _spaced(k, [b"data: " + e + b"\n\n" for e in stream_events(True)]) for k in (True, False)}
 _RESPONSE = {k: _response(b"200 OK", b"application/json",
                           orjson.dumps(_response_object("completed", "".join(_TOKENS))), k) for k in (True, False)}
 _RESPONSE_STREAM = {k: _stream_response(k, responses_events()) for k in (True, False)}
@@ -157,13 +165,21 @@ ERROR_EVERY = 0  # --error-every N: every Nth completion fails
 
 
 def _wants_stream(body: bytes) -> bool:
+    return _stream_asked(body)[0]
+
+
+def _stream_asked(body: bytes) -> tuple[bool, bool]:
+    """(a stream is asked for, with its usage event)."""
     if b'"stream"' not in body:
-        return False
+        return False, False
     try:
         req = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(req, dict) and req.get("stream") is True
+        return False, False
+    if not isinstance(req, dict) or req.get("stream") is not True:
+        return False, False
+    options = req.get("stream_options")
+    return True, isinstance(options, dict) and options.get("include_usage") is True
 
 
 class Stats:
@@ -225,15 +241,16 @@ class UpstreamProtocol(asyncio.Protocol):
         if method == b"POST" and path == b"/v1/chat/completions":
             body = b"".join(self.body)
             Stats.completions += 1
+            stream, usage = _stream_asked(body)
             if ERROR_EVERY and Stats.completions % ERROR_EVERY == 0:
                 transport.write(_INJECTED_RESP[keep])
-            elif not _wants_stream(body):
+            elif not stream:
                 transport.write(_COMPLETION[keep])
             elif EVENT_GAP_S > 0:
-                self._write_spaced(_STREAM_PIECES[keep], keep)
+                self._write_spaced((_STREAM_USAGE_PIECES if usage else _STREAM_PIECES)[keep], keep)
                 return
             else:
-                transport.write(_STREAM[keep])
+                transport.write((_STREAM_USAGE if usage else _STREAM)[keep])
         elif method == b"POST" and path == b"/v1/responses":
             Stats.completions += 1
             if not _wants_stream(b"".join(self.body)):

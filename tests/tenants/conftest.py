@@ -80,6 +80,8 @@ class UsageUpstream:
                       "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
         self.delay_s = 0.0
         self.requests = 0
+        self.streams_usage = True  # False: a server that never sends a stream's usage, asked or not
+        self.bodies: list[dict[str, Any]] = []
         self._server = LoopbackServer()
 
     @property
@@ -105,6 +107,7 @@ class UsageUpstream:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.requests += 1
+        self.bodies.append(body)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if not body.get("stream"):
@@ -118,7 +121,7 @@ class UsageUpstream:
             chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
                      "choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}]}
             await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if self.streams_usage and (body.get("stream_options") or {}).get("include_usage"):
             last = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": body["model"], "choices": [],
                     "usage": self.usage}
             await response.write(b"data: " + orjson.dumps(last) + b"\n\n")

@@ -67,7 +67,7 @@ async def test_a_concurrent_burst_overspends_a_hard_budget_by_at_most_one_reserv
     assert await _counter(prefix, "key_burst") == pytest.approx(spent, abs=1e-8)
 
 
-async def test_streams_settle_on_their_final_usage_or_on_their_counted_text(usage_upstream, tenant_gateway):
+async def test_streams_settle_on_their_usage_asked_for_if_need_be_or_on_their_counted_text(usage_upstream, tenant_gateway):
     usage_upstream.usage.update(prompt_tokens=10, completion_tokens=3, total_tokens=13)
     keys, spend = Keys(), Spend()
     keys.add("sk-s", "key_s", budget=Budget("monthly", soft_usd=100.0))
@@ -86,16 +86,25 @@ async def test_streams_settle_on_their_final_usage_or_on_their_counted_text(usag
         await asyncio.sleep(0.3)
         # the reservation (11 prompt + 400 output tokens) was corrected to the actual cost
         assert await _counter(prefix, "key_s", "monthly") == pytest.approx(records[0].cost_usd, abs=1e-8)
-        # no usage from the upstream: the streamed text is counted ("t0 t1 t2 ": 3 tokens by the
-        # chars / 4 estimate, no tokenizer loaded here), not the 400 reserved
+        # the client did not ask for usage: the gateway asks the upstream for it, settles on it, and
+        # takes the usage event out of what the client gets
+        stream = await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": PROMPT}],
+                                                 stream=True, max_tokens=400)
+        chunks = [chunk async for chunk in stream]
+        assert len(chunks) == 3 and all(chunk.usage is None and chunk.choices for chunk in chunks)
+        assert usage_upstream.bodies[-1]["stream_options"] == {"include_usage": True}
+        records = await spend.wait_for(2)
+        assert records[1].usage == Usage(10, 0, 3, 0) and records[1].status == 200
+        # an upstream that sends no usage at all: the streamed text is counted ("t0 t1 t2 ": 3 tokens by
+        # the chars / 4 estimate, no tokenizer loaded here), not the 400 reserved
+        usage_upstream.streams_usage = False
         stream = await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": PROMPT}],
                                                  stream=True, max_tokens=400)
         assert len([chunk async for chunk in stream]) == 3
-        records = await spend.wait_for(2)
-        assert records[1].usage == Usage(11, 0, 3, 0)
-        assert records[1].status == 200
+        records = await spend.wait_for(3)
+        assert records[2].usage == Usage(11, 0, 3, 0) and records[2].status == 200
         await asyncio.sleep(0.3)
-        spent = records[0].cost_usd + records[1].cost_usd
+        spent = sum(r.cost_usd for r in records)
         assert await _counter(prefix, "key_s", "monthly") == pytest.approx(spent, abs=1e-8)
 
 

@@ -35,10 +35,12 @@ log = logging.getLogger("sits.api")
 
 class ChatStreamRelay(PulledRelay):
     __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_last",
-                 "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_pulled")
+                 "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_pulled", "_strip_usage")
 
     def __init__(self, answer: Answer, director: Director, seen: Observation, prompt: str,
-                 resume: tuple[RoutingRequest, bytes] | None, include_usage: bool) -> None:
+                 resume: tuple[RoutingRequest, bytes] | None, include_usage: bool, strip_usage: bool = False) -> None:
+        """`strip_usage`: the gateway asked the upstream for the usage event (a keyed stream, settled on
+        it) and the client did not: the usage-only event is kept for settlement but not sent on."""
         self._answer = answer
         self._director = director
         self._seen = seen
@@ -52,7 +54,8 @@ class ChatStreamRelay(PulledRelay):
         # References only: parsed if the stream breaks (resume), or if it reports no usage (a key's spend).
         self._sent: list[bytes] | None = [] if resume is not None or seen.tenant is not None else None
         self._previous = 0.0
-        self._sink: ChunkSink = _PULLED  # push() puts the client's connection here
+        self._sink: ChunkSink = _PULLED  # push() puts the client's connection here, chunks() a _Pulled
+        self._strip_usage = strip_usage
         self._pulled: AsyncGenerator[bytes, None] | None = None  # chunks(), made only for a door that pulls
 
     def _gaps_of(self, answer: Answer) -> Buckets | None:
@@ -62,6 +65,12 @@ class ChatStreamRelay(PulledRelay):
     def _deliver(self, chunk: bytes) -> bool:
         """See one chunk (usage, the tail, the gap since the last one, the cache and resume copies) and
         send it on; True when the client's buffer is full. The one per-event path of both ways."""
+        # find(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int and formats a
+        # TypeError it then drops, on every event (figures: bench/README.md, "measured")
+        if chunk.find(b'"usage":{') >= 0:
+            self._last = chunk
+            if self._strip_usage:
+                chunk = without_usage_event(chunk)
         # The stream's last two chunks, by reference, for the [DONE] check (which may straddle them).
         self._before, self._tail = self._tail, chunk
         if self._accumulator is not None:
@@ -76,10 +85,6 @@ class ChatStreamRelay(PulledRelay):
                 gaps.counts[bisect_left(gaps.bounds, gap)] += 1
                 gaps.sum += gap
             self._previous = now
-        # find(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int and formats a
-        # TypeError it then drops, on every event (figures: bench/README.md, "measured")
-        if chunk.find(b'"usage":{') >= 0:
-            self._last = chunk
         return self._sink.send(chunk)
 
     def _check_complete(self) -> None:
@@ -140,13 +145,15 @@ class ChatStreamRelay(PulledRelay):
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         status = 499
+        sink = self._sink = _Pulled()
         try:
             while True:
                 answer = self._answer
                 try:
                     async for chunk in answer.chunks(self._include_usage):
                         self._deliver(chunk)
-                        yield chunk
+                        if sink.chunk:
+                            yield sink.chunk
                     self._check_complete()
                     status = 200
                     return
@@ -162,15 +169,36 @@ class ChatStreamRelay(PulledRelay):
 
 
 class _Pulled:
-    """The sink of a pulled relay: the chunks are yielded, nothing to write."""
+    """The sink of a pulled relay: it holds the last chunk sent, for `chunks()` to yield."""
 
+    __slots__ = ("chunk",)
     on_drained = None
 
+    def __init__(self) -> None:
+        self.chunk = b""
+
     def send(self, chunk: bytes) -> bool:
+        self.chunk = chunk
         return False
 
 
 _PULLED = _Pulled()
+
+
+def without_usage_event(chunk: bytes) -> bytes:
+    """`chunk` without its usage-only event (`"choices":[]`, as servers write the usage a request asked
+    for). A usage that rides on an event with choices stays: a client's SDK reads it as an optional
+    field. An event cut across two reads is left as it is."""
+    at = chunk.find(b'"usage":{')
+    start = chunk.rfind(b"\n\n", 0, at)
+    start = 0 if start < 0 else start + 2
+    end = chunk.find(b"\n\n", at)
+    if end < 0:
+        return chunk
+    end += 2
+    if chunk.find(b'"choices":[]', start, end) < 0 and chunk.find(b'"choices": []', start, end) < 0:
+        return chunk
+    return chunk[:start] + chunk[end:]
 
 
 def _error_event(answer: Answer, exc: SitsError) -> bytes:

@@ -13,7 +13,7 @@ from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import UNKNOWN_MODEL, RequestObserver
 from sits.api.request_intake import RequestIntake
 from sits.api.tenant_gate import HttpTenantGate
-from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema, include_usage
+from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema, asking_usage, include_usage
 from sits.errors import SitsError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cached_response import completion_from_json
@@ -89,15 +89,20 @@ class OpenAIRoutes:
             await self._tenants.admit(seen, request, model, body, prompt_text)
         routing = self._intake.routing(api, schema, body, stream, request, request_id, prompt_text, priority, scope,
                                        seen.trace)
+        raw, strip_usage = request.body, False
+        if stream and seen.tenant is not None and api == CHAT_API and "stream_options" not in body:
+            # a keyed stream is settled on its usage: asked for here, taken out of what the client gets
+            raw, strip_usage = asking_usage(raw), True
         try:
-            answer = await self._director.run(routing, request.body)
+            answer = await self._director.run(routing, raw)
         except SitsError as exc:
             seen.failed(exc, prompt_text)
             raise
         headers = answer.headers()
         if stream:
-            resume = (routing, request.body) if self._resume_streams and api == CHAT_API else None
-            relay = ChatStreamRelay(answer, self._director, seen, prompt_text, resume, include_usage(body))
+            resume = (routing, raw) if self._resume_streams and api == CHAT_API else None
+            relay = ChatStreamRelay(answer, self._director, seen, prompt_text, resume, include_usage(body),
+                                    strip_usage)
             return StreamingResponse(200, relay, headers=headers, push=relay.push)
         try:
             payload = await answer.read()

@@ -186,6 +186,14 @@ def include_usage(body: Mapping[str, Any]) -> bool:
     return bool(options and options.get("include_usage"))
 
 
+def asking_usage(raw: bytes) -> bytes:
+    """A chat body without `stream_options` that asks for the stream's usage event: written into the
+    client's bytes (not parsed and dumped again), so a keyed stream is settled on the usage its
+    upstream counted. The relay takes that event out again (`ChatStreamRelay`, `strip_usage`)."""
+    at = raw.find(b"{")
+    return raw[:at + 1] + b'"stream_options":{"include_usage":true},' + raw[at + 1:]
+
+
 def parse_body(schema: type[T], body: bytes) -> T:
     """Validate a JSON body; raise a ClientError naming the first offending field."""
     if not body:
