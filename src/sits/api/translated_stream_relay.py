@@ -1,9 +1,11 @@
-"""Relaying a chat stream translated into another surface's events (`/v1/responses`, `/v1/messages`).
+"""Relaying a chat stream translated into another surface's events (`/v1/responses`, `/v1/messages`),
+or a Responses-API upstream's stream passed through as it came (`translate/responses_passthrough.py`).
 
 Consumed like the chat relay (`api/chat_stream_relay.py`), whichever way the door supports:
 `push(sink)`, where each upstream chunk is translated and written to the client's connection inside
 the upstream connection's read callback (no task wakes up per event: the HTTP/1.1 door), or as an
-async iterable (the HTTP/2 door). Both see each chunk through `_translate` and end through `_end`.
+async iterable (the HTTP/2 door). Both see each chunk the same way (`_translate`, inline in push's
+`_deliver`) and end through `_end`.
 
 A failure mid-stream ends the stream with the surface's own error event. `on_complete` (the response
 store's write) runs once the stream ended well and before its last events reach the client, so a
