@@ -83,7 +83,7 @@ class TenantParts:
                           BudgetChecks(limits.key_prefix, period_spend or self.spend_log.period_spend),
                           table, metrics, GateSettings(self.key_secret, limits.default_output_reservation,
                                                        limits.key_prefix), prompt_tokens)
-        return HttpTenantGate(gate, prompt_tokens, data_plane_paths)
+        return HttpTenantGate(gate, prompt_tokens, data_plane_paths, limits.ask_stream_usage)
 
     def usage_panel(self) -> UsagePanel | None:
         """The dashboard's spend and limits panel (admin viewers only), once the key gate is built."""

@@ -126,3 +126,16 @@ async def test_a_period_counter_starts_from_the_spend_already_logged(usage_upstr
             await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
     assert caught.value.body["param"] == "budget"
     assert asked == [("key", "key_seed", "weekly")]  # read once per period, not per request
+
+
+async def test_with_ask_stream_usage_off_the_body_goes_as_sent_and_the_text_is_counted(usage_upstream, tenant_gateway):
+    keys, spend = Keys(), Spend()
+    keys.add("sk-o", "key_o", budget=Budget("monthly", soft_usd=100.0))
+    gateway = await tenant_gateway(tenant_config(usage_upstream.url, limits={"ask_stream_usage": False}), keys, spend)
+    async with client(gateway, "sk-o") as c:
+        stream = await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": PROMPT}],
+                                                 stream=True, max_tokens=400)
+        assert len([chunk async for chunk in stream]) == 3
+    assert "stream_options" not in usage_upstream.bodies[-1]
+    record = (await spend.wait_for(1))[0]
+    assert record.usage == Usage(11, 0, 3, 0)

@@ -49,8 +49,10 @@ class HttpTenantGate:
     body is parsed in between), so the key the hook found is simply kept here with its request: a
     request that does not find itself here (another door's, or after an await) is authenticated again."""
 
-    def __init__(self, gate: TenantGate, prompt_tokens: PromptTokens, paths: Collection[str]) -> None:
+    def __init__(self, gate: TenantGate, prompt_tokens: PromptTokens, paths: Collection[str],
+                 ask_stream_usage: bool = True) -> None:
         self.gate = gate
+        self.ask_stream_usage = ask_stream_usage  # a keyed stream asks its upstream for the usage event
         self._prompt_tokens = prompt_tokens
         self._paths = paths
         self._request: HttpRequest | None = None  # the request the hook last authenticated, and its key

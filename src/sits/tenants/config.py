@@ -33,6 +33,9 @@ class LimitsConfig(_Strict):
 
     # Output tokens reserved at admission when the request names no max_tokens.
     default_output_reservation: Annotated[int, Field(ge=1)] = 1024
+    # A keyed chat stream without `stream_options` asks its upstream for the usage event (settled on it;
+    # the client does not see it). Off for upstreams that refuse `stream_options`: the text is counted.
+    ask_stream_usage: bool = True
     # One admission's Redis call may take this long; beyond, this replica counts alone (its share).
     redis_timeout_s: PositiveFloat = 0.5
     # While Redis is unreachable, one request every this many seconds tries it again.
