@@ -84,7 +84,8 @@ async def test_grpc_calls_pass_the_key_gate_with_grpc_codes_and_the_http_message
     assert unary.cost_usd == pytest.approx(streamed.cost_usd) == pytest.approx(0.0105)
 
 
-async def test_a_grpc_stream_without_usage_is_settled_on_its_counted_text(usage_upstream, tenant_gateway):
+async def test_a_keyed_grpc_stream_is_settled_on_the_usage_asked_for_or_on_its_counted_text(usage_upstream,
+                                                                                           tenant_gateway):
     keys, spend = Keys(), Spend()
     keys.add("sk-n", "key_n", budget=Budget("daily", soft_usd=100.0))
     raw = tenant_config(usage_upstream.url)
@@ -92,10 +93,22 @@ async def test_a_grpc_stream_without_usage_is_settled_on_its_counted_text(usage_
     gateway = await tenant_gateway(raw, keys, spend)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.grpc.bound_port}") as channel:
         stub = chat_pb2_grpc.ChatCompletionsStub(channel)
-        stream = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI, max_tokens=400),
-                                   metadata=bearer("sk-n"))
-        messages = [m async for m in stream]
-        assert sum(len(m.chunks) for m in messages) == 3 and await stream.code() == grpc.StatusCode.OK
-    record = (await spend.wait_for(1))[0]
-    # "t0 t1 t2 " counted (3 tokens by the chars / 4 estimate), not the 400 reserved
-    assert record.usage.output_tokens == 3 and record.status == 200
+
+        async def streamed() -> list[pb.ChatCompletionChunk]:
+            stream = stub.CreateStream(pb.ChatCompletionRequest(model="m1", messages=HI, max_tokens=400),
+                                       metadata=bearer("sk-n"))
+            messages = [m async for m in stream]
+            assert await stream.code() == grpc.StatusCode.OK
+            return [chunk for m in messages for chunk in m.chunks]
+
+        # the client asked for no usage: the gateway asks the upstream, settles on it, and does not send it on
+        chunks = await streamed()
+        assert len(chunks) == 3 and not any(chunk.HasField("usage") for chunk in chunks)
+        assert usage_upstream.bodies[-1]["stream_options"] == {"include_usage": True}
+        # an upstream that sends no usage at all: "t0 t1 t2 " counted (3 tokens by the chars / 4
+        # estimate), not the 400 reserved
+        usage_upstream.streams_usage = False
+        assert len(await streamed()) == 3
+    asked, counted = await spend.wait_for(2)
+    assert (asked.usage.input_tokens, asked.usage.output_tokens, asked.status) == (1000, 500, 200)
+    assert counted.usage.output_tokens == 3 and counted.status == 200

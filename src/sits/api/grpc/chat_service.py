@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
 
@@ -29,7 +29,7 @@ from sits.api.grpc.status_codes import grpc_status, metadata_value
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.request_intake import RequestIntake
-from sits.api.schemas import CHAT_COMPLETION
+from sits.api.schemas import CHAT_COMPLETION, asking_usage
 from sits.api.tenant_gate import WARNING_HEADER, HttpTenantGate
 from sits.telemetry.tracing import NO_TRACE
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout
@@ -57,6 +57,7 @@ class _Call:
     seen: Observation | None
     headers: HttpRequest  # the call's metadata, as the HTTP door's request
     fields: dict[str, Any]  # the validated body
+    strip_usage: bool = False  # the gateway asked the upstream for the usage event, the client did not
 
 
 class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
@@ -111,6 +112,7 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
                 call = self._prepare(request, headers, request_id, stream=True)
                 if self._tenants is not None:
                     await self._admit(call, context)
+                    call = self._asking_usage(call)
                 await self._create_stream(call, context, deadline)
             return
         except SitsError as exc:
@@ -184,6 +186,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
                         chunk = chunk_of_event(payload, source)
                         if chunk.HasField("usage"):
                             usage_event = payload
+                            if call.strip_usage and not chunk.choices:
+                                continue  # asked for the key's spend, not by the client
                         chunks.append(chunk)
                 if chunks:
                     await write_chunks(context, call.compression, chunks, route)
@@ -229,6 +233,15 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         routing = self._intake.routing(API, CHAT_COMPLETION, body, stream, headers, request_id, prompt, priority, scope,
                                        seen.trace if seen is not None else NO_TRACE)
         return _Call(routing, json_body, request.response_compression, request.include_usage, seen, headers, body)
+
+    def _asking_usage(self, call: _Call) -> _Call:
+        """A keyed stream whose client asked for no usage asks its upstream for it, as on HTTP: it is
+        settled on that usage, and the usage-only message is not sent on (`_relay`)."""
+        tenants = self._tenants
+        if call.include_usage or call.seen is None or call.seen.tenant is None or "stream_options" in call.fields \
+                or tenants is None or not tenants.ask_stream_usage:
+            return call
+        return replace(call, body=asking_usage(call.body), strip_usage=True)
 
     async def _admit(self, call: _Call, context: grpc.aio.ServicerContext) -> None:
         """The key gate, as on HTTP: the model, the limits and the budget (a refusal is the HTTP door's
