@@ -3,23 +3,10 @@ behind an endpoint that declares `api: anthropic`, reached by an OpenAI client a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import anthropic
 import pytest
 
-from sits.backends.local.model_files import resolve_gguf
 from tests.conftest import base_url, sdk
-from tests.llama_server import SMOLLM2, LlamaServer
-
-
-@pytest.fixture
-async def llama(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LlamaServer]:
-    gguf: Path = resolve_gguf(SMOLLM2, tmp_path_factory.getbasetemp().parent / "sits-data")
-    server = await LlamaServer(gguf).start()
-    yield server
-    await server.stop()
 
 
 def config(url: str) -> dict:

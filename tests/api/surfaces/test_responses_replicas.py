@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import openai
 import pytest
 import redis.asyncio as redis_async
 
+from tests.api.surfaces.conftest import REDIS_URL
 from tests.conftest import sdk
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-@pytest.fixture
-async def prefix():
-    prefix = f"sits-test:resp:{os.getpid()}:{os.urandom(4).hex()}:"
-    yield prefix
-    client = redis_async.from_url(REDIS_URL)
-    keys = [k async for k in client.scan_iter(prefix + "*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
 
 
 def config(url: str, prefix: str, ttl_s: float = 60) -> dict:
