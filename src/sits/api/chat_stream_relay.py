@@ -20,7 +20,7 @@ from time import perf_counter
 import orjson
 
 from sits.api.http_types import ChunkSink
-from sits.api.pulled_relay import PulledRelay
+from sits.api.pulled_relay import PulledRelay, PulledSink
 from sits.api.request_observer import Observation
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.answer import Answer
@@ -54,7 +54,7 @@ class ChatStreamRelay(PulledRelay):
         # References only: parsed if the stream breaks (resume), or if it reports no usage (a key's spend).
         self._sent: list[bytes] | None = [] if resume is not None or seen.tenant is not None else None
         self._previous = 0.0
-        self._sink: ChunkSink = _PULLED  # push() puts the client's connection here, chunks() a _Pulled
+        self._sink: ChunkSink = _PULLED  # push() puts the client's connection here, chunks() a PulledSink
         self._strip_usage = strip_usage
         self._pulled: AsyncGenerator[bytes, None] | None = None  # chunks(), made only for a door that pulls
 
@@ -145,7 +145,7 @@ class ChatStreamRelay(PulledRelay):
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         status = 499
-        sink = self._sink = _Pulled()
+        sink = self._sink = PulledSink()
         try:
             while True:
                 answer = self._answer
@@ -153,7 +153,7 @@ class ChatStreamRelay(PulledRelay):
                     async for chunk in answer.chunks(self._include_usage):
                         self._deliver(chunk)
                         if sink.chunk:
-                            yield sink.chunk
+                            yield sink.take()
                     self._check_complete()
                     status = 200
                     return
@@ -168,21 +168,7 @@ class ChatStreamRelay(PulledRelay):
             self._end(status)
 
 
-class _Pulled:
-    """The sink of a pulled relay: it holds the last chunk sent, for `chunks()` to yield."""
-
-    __slots__ = ("chunk",)
-    on_drained = None
-
-    def __init__(self) -> None:
-        self.chunk = b""
-
-    def send(self, chunk: bytes) -> bool:
-        self.chunk = chunk
-        return False
-
-
-_PULLED = _Pulled()
+_PULLED = PulledSink()  # until push() or chunks() puts their own sink in
 
 
 def without_usage_event(chunk: bytes) -> bytes:

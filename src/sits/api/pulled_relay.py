@@ -7,6 +7,24 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 
 
+class PulledSink:
+    """Where a pulled relay's per-chunk step sends: it holds the chunk, for `chunks()` to yield."""
+
+    __slots__ = ("chunk",)
+    on_drained = None
+
+    def __init__(self) -> None:
+        self.chunk = b""
+
+    def send(self, chunk: bytes) -> bool:
+        self.chunk = chunk
+        return False
+
+    def take(self) -> bytes:
+        chunk, self.chunk = self.chunk, b""
+        return chunk
+
+
 class PulledRelay:
     __slots__ = ()
     _pulled: AsyncGenerator[bytes, None] | None  # a slot of the relay's own

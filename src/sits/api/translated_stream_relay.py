@@ -4,8 +4,7 @@ or a Responses-API upstream's stream passed through as it came (`translate/respo
 Consumed like the chat relay (`api/chat_stream_relay.py`), whichever way the door supports:
 `push(sink)`, where each upstream chunk is translated and written to the client's connection inside
 the upstream connection's read callback (no task wakes up per event: the HTTP/1.1 door), or as an
-async iterable (the HTTP/2 door). Both see each chunk the same way (`_translate`, inline in push's
-`_deliver`) and end through `_end`.
+async iterable (the HTTP/2 door). Both see each chunk through `_deliver` and end through `_end`.
 
 A failure mid-stream ends the stream with the surface's own error event. `on_complete` (the response
 store's write) runs once the stream ended well and before its last events reach the client, so a
@@ -18,7 +17,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol
 
 from sits.api.http_types import ChunkSink
-from sits.api.pulled_relay import PulledRelay
+from sits.api.pulled_relay import PulledRelay, PulledSink
 from sits.api.request_observer import Observation
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.answer import Answer
@@ -63,26 +62,18 @@ class TranslatedStreamRelay(PulledRelay):
         self._held: list[bytes] = []  # pushed events waiting for `on_complete`
         self._pulled: AsyncGenerator[bytes, None] | None = None
 
-    def _translate(self, chunk: bytes) -> list[bytes]:
-        """One chat chunk seen (the cache's copy, usage) and translated: the surface's events for it."""
-        if self._accumulator is not None:
-            self._accumulator.feed(chunk)
-        if chunk.find(b'"usage":{') >= 0:  # find(), not `in`: see chat_stream_relay._deliver
-            self._last = chunk
-        return self._translator.feed(chunk)
-
     def _storing(self) -> bool:
         """Whether the stream just ended well with `on_complete` still to run."""
         translator = self._translator
         return self._on_complete is not None and translator.ended and translator.error is None
 
     def _deliver(self, chunk: bytes) -> bool:
-        """Push mode's per-chunk step (`_translate` inline: it runs once per event); True when the
-        client's buffer is full. A SitsError it raises (a chunk that does not translate) ends the stream
-        (SseGuard.relay)."""
+        """One chat chunk seen (the cache's copy, usage), translated and sent on, or held while the stream's
+        end waits for `on_complete`; True when the client's buffer is full. The one per-event path of both
+        ways. A SitsError it raises (a chunk that does not translate) ends the stream (SseGuard.relay)."""
         if self._accumulator is not None:
             self._accumulator.feed(chunk)
-        if chunk.find(b'"usage":{') >= 0:
+        if chunk.find(b'"usage":{') >= 0:  # find(), not `in`: see chat_stream_relay._deliver
             self._last = chunk
         translator = self._translator
         events = translator.feed(chunk)
@@ -144,32 +135,35 @@ class TranslatedStreamRelay(PulledRelay):
             if self._storing():
                 await self._complete()
             if self._held:
-                sink.send(b"".join(self._held))
+                sink.send(self._take_held())
         finally:
             sink.on_drained = None
             self._end(status, error)
 
     async def chunks(self) -> AsyncGenerator[bytes, None]:
+        sink = self._sink = PulledSink()
         status, error = CLIENT_GONE, "client closed the stream"
         try:
             try:
                 async for chunk in self._answer.chunks(True):
-                    events = self._translate(chunk)
-                    if self._storing():
+                    self._deliver(chunk)
+                    if sink.chunk:
+                        yield sink.take()
+                    if self._held:  # the stream ended well: stored before the client sees its end
                         await self._complete()
-                    if events:
-                        yield b"".join(events)
-                events = self._unended()
-                if self._storing():
-                    await self._complete()
-                if events:
-                    yield b"".join(events)
+                        yield self._take_held()
+                self._held += self._unended()
                 status, error = self._status()
             except SitsError as exc:
                 status, error, events = self._failed(exc)
-                if self._storing():
-                    await self._complete()
-                if events:
-                    yield b"".join(events)
+                self._held += events
+            if self._storing():
+                await self._complete()
+            if self._held:
+                yield self._take_held()
         finally:
             self._end(status, error)
+
+    def _take_held(self) -> bytes:
+        held, self._held = self._held, []
+        return b"".join(held)
