@@ -18,33 +18,35 @@ from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, t
 from sits.translate.responses import assistant_message, call_item, incomplete_details, response_fields, status_of
 from sits.translate.usage import responses_usage
 
-_OPENED = (b'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":%b}\n\n'
-           b'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":1,"response":%b}\n\n')
-_ITEM_ADDED = (b'event: response.output_item.added\ndata: {"type":"response.output_item.added","sequence_number":%d,'
-               b'"output_index":%d,"item":%b}\n\n')
-_PART_ADDED = (b'event: response.content_part.added\ndata: {"type":"response.content_part.added","sequence_number":%d,'
-               b'"item_id":"%b","output_index":%d,"content_index":0,'
-               b'"part":{"type":"output_text","text":"","annotations":[]}}\n\n')
+
+def _event(name: bytes, fields: bytes) -> bytes:
+    """The template of one Responses event: its name in the `event:` line and as `type`, then `fields`."""
+    return b'event: %b\ndata: {"type":"%b",%b}\n\n' % (name, name, fields)
+
+
+_OPENED = (_event(b"response.created", b'"sequence_number":0,"response":%b')
+           + _event(b"response.in_progress", b'"sequence_number":1,"response":%b'))
+_ITEM_ADDED = _event(b"response.output_item.added", b'"sequence_number":%d,"output_index":%d,"item":%b')
+_PART_ADDED = _event(b"response.content_part.added", b'"sequence_number":%d,"item_id":"%b","output_index":%d,'
+                     b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}')
 # one per streamed piece; the item id and output index are filled in once per message
-_TEXT_DELTA = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":%%d,'
-               b'"item_id":"%b","output_index":%d,"content_index":0,"delta":"%%b","logprobs":[]}\n\n')
-_TEXT_DONE = (b'event: response.output_text.done\ndata: {"type":"response.output_text.done","sequence_number":%d,'
-              b'"item_id":"%b","output_index":%d,"content_index":0,"text":%b,"logprobs":[]}\n\n')
+_TEXT_DELTA = _event(b"response.output_text.delta", b'"sequence_number":%%d,"item_id":"%b","output_index":%d,'
+                     b'"content_index":0,"delta":"%%b","logprobs":[]')
+_TEXT_DONE = _event(b"response.output_text.done", b'"sequence_number":%d,"item_id":"%b","output_index":%d,'
+                    b'"content_index":0,"text":%b,"logprobs":[]')
 _PART = b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}'
-_PART_DONE = (b'event: response.content_part.done\ndata: {"type":"response.content_part.done","sequence_number":%d,'
-              b'"item_id":"%b","output_index":%d,"content_index":0,"part":%b}\n\n')
+_PART_DONE = _event(b"response.content_part.done", b'"sequence_number":%d,"item_id":"%b","output_index":%d,'
+                    b'"content_index":0,"part":%b')
 _MESSAGE_DONE = b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":[%b]}'
-_ITEM_DONE = (b'event: response.output_item.done\ndata: {"type":"response.output_item.done","sequence_number":%d,'
-              b'"output_index":%d,"item":%b}\n\n')
-_ARGUMENTS_DELTA = (b'event: response.function_call_arguments.delta\ndata: {"type":"response.function_call_arguments'
-                    b'.delta","sequence_number":%d,"item_id":"%b","output_index":%d,"delta":%b}\n\n')
+_ITEM_DONE = _event(b"response.output_item.done", b'"sequence_number":%d,"output_index":%d,"item":%b')
+_ARGUMENTS_DELTA = _event(b"response.function_call_arguments.delta",
+                          b'"sequence_number":%d,"item_id":"%b","output_index":%d,"delta":%b')
 _CLOSED = b'event: %b\ndata: {"type":"%b","sequence_number":%d,"response":%b}\n\n'
 _RESPONSE = (b'{"id":%b,"object":"response","created_at":%d,"status":"%b","model":%b,"output":[%b],"error":%b,'
              b'"incomplete_details":%b,%b,"usage":%b}')
 _MESSAGE_OPEN = b'{"type":"message","id":"%b","status":"in_progress","role":"assistant","content":[]}'
-_FUNCTION_ARGUMENTS_DONE = (b'event: response.function_call_arguments.done\ndata: {"type":"response.function_call_'
-                            b'arguments.done","sequence_number":%d,"item_id":"%b","output_index":%d,"name":%b,'
-                            b'"arguments":%b}\n\n')
+_FUNCTION_ARGUMENTS_DONE = _event(b"response.function_call_arguments.done",
+                                  b'"sequence_number":%d,"item_id":"%b","output_index":%d,"name":%b,"arguments":%b')
 
 
 class ResponsesStream:
