@@ -90,8 +90,7 @@ class OpenAIRoutes:
         routing = self._intake.routing(api, schema, body, stream, request, request_id, prompt_text, priority, scope,
                                        seen.trace)
         raw, strip_usage = request.body, False
-        if stream and seen.tenant is not None and api == CHAT_API and "stream_options" not in body \
-                and self._tenants is not None and self._tenants.ask_stream_usage:
+        if stream and api == CHAT_API and self._tenants is not None and self._tenants.asks_stream_usage(seen, body):
             # a keyed stream is settled on its usage: asked for here, taken out of what the client gets
             raw, strip_usage = asking_usage(raw), True
         try:

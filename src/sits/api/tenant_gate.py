@@ -71,6 +71,12 @@ class HttpTenantGate:
         self._key = self.gate.authenticate(_bearer(request))
         self._request = request
 
+    def asks_stream_usage(self, seen: Observation, body: Mapping[str, Any]) -> bool:
+        """Whether a chat stream's upstream is asked for the usage event (the door then takes it out of
+        what the client gets): a keyed stream, settled on it, whose client set no `stream_options`;
+        never with `limits.ask_stream_usage` off."""
+        return self.ask_stream_usage and seen.tenant is not None and "stream_options" not in body
+
     def warning(self, request: HttpRequest) -> str | None:
         """The soft-budget warning of the request's ticket, once admitted (taken: asked once per request)."""
         return self._warnings.pop(id(request), None) if self._warnings else None

@@ -238,8 +238,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         """A keyed stream whose client asked for no usage asks its upstream for it, as on HTTP: it is
         settled on that usage, and the usage-only message is not sent on (`_relay`)."""
         tenants = self._tenants
-        if call.include_usage or call.seen is None or call.seen.tenant is None or "stream_options" in call.fields \
-                or tenants is None or not tenants.ask_stream_usage:
+        if call.include_usage or call.seen is None or tenants is None \
+                or not tenants.asks_stream_usage(call.seen, call.fields):
             return call
         return replace(call, body=asking_usage(call.body), strip_usage=True)
 
