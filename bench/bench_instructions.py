@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -103,13 +104,17 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int, surfac
 
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
             procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0,
-            surface: str = "chat", tenants_redis: str | None = None, idle_s: float = 0.0) -> dict:
+            surface: str = "chat", tenants_redis: str | None = None, idle_s: float = 0.0,
+            source_hot_path: bool = False) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
                                         "--event-gap-ms", str(event_gap_ms)], cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
     port = free_port()
     out = out_dir / f"callgrind-{surface}-{'stream' if stream else 'nonstream'}.out"
     env = {**os.environ, "PYTHONPATH": str(src), "SITS_LOG_LEVEL": "warning"}
+    env.pop("SITS_PURE_PYTHON", None)
+    if source_hot_path:  # the compiled modules' source (sits/hot_path.py)
+        env["SITS_PURE_PYTHON"] = "1"
     upstream_url = f"http://127.0.0.1:{upstream_port}/v1"
     if server == "sits":
         command = ["-m", "sits", "serve", "--backend", f"bench-model={upstream_url}"]
@@ -136,6 +141,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             wait_for_line(gateway, "PORT", 600)
         api_key = TENANTS_KEY if tenants_redis is not None else None
         asyncio.run(_load(port, stream, warmup, concurrency, surface, api_key))
+        hot_path = _hot_path(port) if server == "sits" else None
         idle_rate = _idle_rate(gateway.pid, out, idle_s) if idle_s else None
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
         seconds = asyncio.run(_load(port, stream, requests, concurrency, surface, api_key))
@@ -149,7 +155,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
     if total <= 0:
         raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
     return {"server": server, "surface": surface, "mode": "stream" if stream else "nonstream", "requests": requests,
-            "concurrency": concurrency,
+            "concurrency": concurrency, "hot_path": hot_path,
             "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None,
             "instructions": total, "instructions_per_request": round(total / requests),
             "seconds_under_valgrind": round(seconds, 1),
@@ -157,6 +163,12 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             # run's wall time: what of each request's count that background work is, at the idle rate
             "idle_instructions_per_second": idle_rate,
             "background_per_request": round(idle_rate * seconds / requests) if idle_rate is not None else None}
+
+
+def _hot_path(port: int) -> str:
+    """Which build of the request path the gateway runs (`/healthz`): compiled, or pure Python and why."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
+        return str(json.loads(response.read())["hot_path"])
 
 
 def _idle_rate(pid: int, out: Path, seconds: float) -> int:
@@ -186,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", default="sits", choices=("sits", "floor-callbacks", "floor-tasks"),
                     help="SITS, or the bare Python proxy (python_proxy_floor.py) in one of its two shapes")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--hot-path", default="installed", choices=("installed", "source", "both"),
+                    help="SITS's compiled modules as installed (compiled where the install compiled them), their "
+                    "source (SITS_PURE_PYTHON=1), or each in turn (docs/hot-path.md)")
     ap.add_argument("--idle-seconds", type=float, default=0.0,
                     help="also count the gateway idle for this long after the warm-up: the rate of its background "
                          "work, and how much of each request's count that is (a gapped run is mostly waiting)")
@@ -220,11 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             args.src = patched
         procs = ProcessSet(Path(tmp) / "logs")
         try:
+            builds = {"installed": (False,), "source": (True,), "both": (False, True)}[args.hot_path]
             for surface in surfaces:
                 for mode in args.modes.split(","):
-                    rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream", args.requests,
-                                        args.warmup, args.concurrency, procs, Path(tmp), args.config, args.event_gap_ms,
-                                        surface, args.redis_url if args.tenants else None, args.idle_seconds))
+                    for source_hot_path in builds:
+                        rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream",
+                                            args.requests, args.warmup, args.concurrency, procs, Path(tmp), args.config,
+                                            args.event_gap_ms, surface, args.redis_url if args.tenants else None,
+                                            args.idle_seconds, source_hot_path))
         finally:
             procs.stop_all()
             if args.keep_callgrind is not None:
@@ -234,11 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}; "
           f"tenants: {'on (limits in ' + args.redis_url + ')' if args.tenants else 'off'}\n")
     idle = args.idle_seconds > 0
-    print("| surface | mode | requests | concurrency | upstream event gap (ms) | instructions per request |"
+    print("| surface | mode | hot path | requests | concurrency | upstream event gap (ms) | instructions per request |"
           + (" of which background |" if idle else ""))
-    print("|---|---|---:|---:|---:|---:|" + ("---:|" if idle else ""))
+    print("|---|---|---|---:|---:|---:|---:|" + ("---:|" if idle else ""))
     for r in rows:
-        print(f"| {r['surface']} | {r['mode']} | {r['requests']:,} | {r['concurrency']} | {r['event_gap_ms']:g} "
+        print(f"| {r['surface']} | {r['mode']} | {r['hot_path'] or '-'} | {r['requests']:,} | {r['concurrency']} "
+              f"| {r['event_gap_ms']:g} "
               f"| {r['instructions_per_request']:,} |" + (f" {r['background_per_request']:,} |" if idle else ""))
     if args.json:
         args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()),

@@ -60,12 +60,18 @@ def test_bad_config_exits_2_naming_the_key(tmp_path: Path):
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, workers):
+@pytest.mark.parametrize("workers,hot_path", [(1, "installed"), (2, "installed"), (1, "source"), (2, "source")])
+async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, workers, hot_path):
+    """Served by the installed build (compiled where the install compiled it) and by the source of the
+    same modules (SITS_PURE_PYTHON=1, sits/hot_path.py)."""
     port = free_port()
+    env = {**os.environ, "SITS_LOG_LEVEL": "warning"}
+    env.pop("SITS_PURE_PYTHON", None)
+    if hot_path == "source":
+        env["SITS_PURE_PYTHON"] = "1"
     proc = subprocess.Popen(
         [*SITS, "serve", "--backend", f"m1={upstream.url}", "--port", str(port), "--workers", str(workers)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SITS_LOG_LEVEL": "warning"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )
     try:
         await wait_ready(port)
@@ -75,6 +81,15 @@ async def test_serve_with_backend_flag_answers_and_stops_cleanly(upstream, worke
                 async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as response:
                     assert response.status == 200
                     assert response.headers["x-sits-model"] == "m1"
+            async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                    json={**body, "stream": True}) as response:
+                assert response.status == 200
+                streamed = await response.read()
+            assert streamed.endswith(b"data: [DONE]\n\n") and streamed.count(b"data: ") > 1
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                described = (await response.json())["hot_path"]
+            assert described.startswith("pure Python (SITS_PURE_PYTHON is set)" if hot_path == "source" else
+                                        ("compiled", "pure Python"))
     finally:
         proc.send_signal(signal.SIGTERM)
         returncode = await asyncio.to_thread(proc.wait, 30)

@@ -34,7 +34,9 @@ from sits.api.kv_routes import MIGRATE as KV_MIGRATE
 from sits.api.kv_routes import MIGRATIONS as KV_MIGRATIONS
 from sits.api.kv_routes import KvRoutes
 from sits.api.http2_door import Http2Door
-from sits.api.http_server import ConnectionTracker, HttpServerProtocol, ServerLimits
+from sits.api.connection_tracker import ConnectionTracker
+from sits.hot_path import STATE as HOT_PATH
+from sits.api.http_server import HttpServerProtocol, ServerLimits
 from sits.api.http_types import HttpRequest
 from sits.api.live_snapshot import LiveSnapshot
 from sits.api.request_observer import RequestObserver
@@ -413,8 +415,8 @@ class Gateway:
             await self.epp.start(self.host, reuse_port=sock is not None)
         if self.http2 is not None:
             await self.http2.start(self.host, reuse_port=sock is not None)
-        log.info("sits listening on %s:%d with models %s", self.host, self.bound_port,
-                 ", ".join(self.routing_table().names()))
+        log.info("sits listening on %s:%d with models %s; hot path %s", self.host, self.bound_port,
+                 ", ".join(self.routing_table().names()), HOT_PATH.describe())
 
     async def _follow_registry(self, interval_s: float = REGISTRY_SYNC_S) -> None:
         """With --workers N the processes share the registry's store and the adapters' file; a change made

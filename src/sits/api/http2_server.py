@@ -34,7 +34,8 @@ from h2.exceptions import ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from sits.api.http_server import ConnectionTracker, ErrorRenderer, ServerLimits
+from sits.api.connection_tracker import ConnectionTracker
+from sits.api.http_server import ErrorRenderer, ServerLimits
 from sits.api.http_types import Handler, HttpRequest, HttpResponse, StreamingResponse
 from sits.errors import HeadersTooLarge, PayloadTooLarge, SitsError
 

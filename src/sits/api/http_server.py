@@ -19,6 +19,7 @@ from http import HTTPStatus
 
 import httptools
 
+from sits.api.connection_tracker import ConnectionTracker
 from sits.api.http_types import Handler, HttpRequest, HttpResponse, StreamingResponse
 from sits.errors import HeadersTooLarge, InvalidRequest, PayloadTooLarge, SitsError
 
@@ -54,45 +55,6 @@ class _Rejected(Exception):
 
     def __init__(self, error: SitsError) -> None:
         self.error = error
-
-
-class ConnectionTracker:
-    """The server's live connections: for draining on shutdown, and for closing idle
-    keep-alive connections with one periodic sweep rather than a timer per request."""
-
-    def __init__(self) -> None:
-        self.connections: set[HttpServerProtocol] = set()
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def start_idle_sweep(self, idle_timeout_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        period = max(0.5, idle_timeout_s / 4)
-
-        def sweep() -> None:
-            deadline = loop.time() - idle_timeout_s
-            for conn in list(self.connections):
-                if conn.idle_since is not None and conn.idle_since < deadline:
-                    conn.close()
-            self._sweeper = loop.call_later(period, sweep)
-
-        self._sweeper = loop.call_later(period, sweep)
-
-    def stop_idle_sweep(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-
-    def busy(self) -> int:
-        return sum(1 for c in self.connections if c.busy)
-
-    def close_idle(self) -> None:
-        for conn in list(self.connections):
-            if not conn.busy:
-                conn.close()
-
-    def close_all(self) -> None:
-        for conn in list(self.connections):
-            conn.close()
 
 
 class HttpServerProtocol(asyncio.Protocol):

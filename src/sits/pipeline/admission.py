@@ -102,7 +102,8 @@ class PriorityRules:
     by_key_sha256: Mapping[str, Priority] = field(default_factory=lambda: MappingProxyType({}))
     key_is_ceiling: bool = True
 
-    def resolve(self, header: str | None, api_key: str | None, model: str, key_class: int | None = None) -> Priority:
+    def resolve(self, header: str | None, api_key: str | None, model: str, key_class: int | None = None) -> int:
+        """The request's admission class (a `Priority` value, or a key's class as an int)."""
         if key_class is None:
             key_class = self.by_key_sha256.get(key_digest(api_key)) if api_key and self.by_key_sha256 else None
         if header is not None:

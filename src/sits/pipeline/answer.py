@@ -11,7 +11,7 @@ surfaces translated from chat completions, consume one shape.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 from sits.state.semantic_cache import CacheKey
@@ -20,13 +20,41 @@ JSON = b"application/json"
 
 
 class Answer(Protocol):
-    model: str  # the model that answered (x-sits-model)
-    source: str  # what the observer records as the endpoint: an endpoint id, "cache", "static-template", "workflow"
-    route: str  # x-sits-route
-    attempts: str  # x-sits-attempts ("" when no upstream was tried)
-    intent: str  # x-sits-intent, when the request was understood (model "auto")
-    first_byte_at: float | None  # when the first byte came from upstream; None for an answer the gateway made
-    cache_key: CacheKey | None  # set when the answer may be stored for the cache steps
+    # Read-only to the doors: each kind of answer keeps these as plain attributes or properties.
+    @property
+    def model(self) -> str:
+        """The model that answered (x-sits-model)."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """What the observer records as the endpoint: an endpoint id, "cache", "static-template", "workflow"."""
+        ...
+
+    @property
+    def route(self) -> str:
+        """x-sits-route."""
+        ...
+
+    @property
+    def attempts(self) -> str:
+        """x-sits-attempts ("" when no upstream was tried)."""
+        ...
+
+    @property
+    def intent(self) -> str:
+        """x-sits-intent, when the request was understood (model "auto")."""
+        ...
+
+    @property
+    def first_byte_at(self) -> float | None:
+        """When the first byte came from upstream; None for an answer the gateway made."""
+        ...
+
+    @property
+    def cache_key(self) -> CacheKey | None:
+        """Set when the answer may be stored for the cache steps."""
+        ...
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """The `x-sits-*` response headers."""
@@ -37,7 +65,10 @@ class Answer(Protocol):
         (empty when the stream had none); None when unknown."""
         ...
 
-    content_type: bytes  # of `read()`'s body, known once it returned
+    @property
+    def content_type(self) -> bytes:
+        """Of `read()`'s body, known once it returned."""
+        ...
 
     async def read(self) -> bytes:
         """The whole answer: a JSON body (chat or text completion, or embeddings)."""
@@ -49,7 +80,7 @@ class Answer(Protocol):
         forwarded body's `stream_options`)."""
         ...
 
-    async def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> None:
+    def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> Awaitable[None]:
         """`chunks()` pushed into `deliver` as they come (from the upstream's read callback: no task
         wakes up per event); `deliver` returns True when its consumer is full, and reading then pauses
         until `resume_reading()`. Returns when the stream ended; raises what `chunks()` would."""

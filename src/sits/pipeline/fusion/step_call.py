@@ -11,6 +11,7 @@ import orjson
 from sits.errors import UpstreamProtocolError
 from sits.pipeline.cached_response import completion_from_json
 from sits.pipeline.canned_answer import CannedAnswer
+from sits.pipeline.answer import Answer
 from sits.pipeline.context import RoutingRequest
 from sits.pipeline.exchange import Exchange
 from sits.state.routing_table import RoutingTable
@@ -25,7 +26,7 @@ class StepDirector(Protocol):
 
     async def run(self, request: RoutingRequest, body: bytes) -> Any: ...
 
-    def remember(self, exchange: Exchange, completion: CachedCompletion | None) -> None: ...
+    def remember(self, answer: Answer, completion: CachedCompletion | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -18,7 +20,7 @@ EXACT_COUNT_BAND = 0.2
 
 class ContextWindowFilterParams(PluginParams):
     # completion tokens to reserve when the request gives no max_tokens
-    default_completion_tokens: int = Field(default=0, ge=0)
+    default_completion_tokens: Annotated[int, Field(ge=0)] = 0
 
 
 class ContextWindowFilter:

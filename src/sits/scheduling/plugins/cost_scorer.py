@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -10,7 +12,7 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 class CostScorerParams(PluginParams):
     # prices this close count as equal, so a tiny price gap does not override load
-    resolution_per_1k: float = Field(default=0.0001, gt=0)
+    resolution_per_1k: Annotated[float, Field(gt=0)] = 0.0001
 
 
 class CostScorer:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -9,7 +11,7 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
 class KvCacheScorerParams(PluginParams):
-    unknown_usage: float = Field(default=0.5, ge=0, le=1)  # assumed for engines that report none
+    unknown_usage: Annotated[float, Field(ge=0, le=1)] = 0.5  # assumed for engines that report none
 
 
 class KvCacheScorer:

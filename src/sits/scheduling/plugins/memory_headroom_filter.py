@@ -3,6 +3,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -10,8 +12,8 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
 class MemoryHeadroomFilterParams(PluginParams):
-    max_kv_cache_usage: float = Field(default=0.95, gt=0, le=1)
-    max_memory_usage: float = Field(default=0.95, gt=0, le=1)
+    max_kv_cache_usage: Annotated[float, Field(gt=0, le=1)] = 0.95
+    max_memory_usage: Annotated[float, Field(gt=0, le=1)] = 0.95
     fail_open: bool = True  # if every engine is full, keep all: the engine queues rather than fails
 
 

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -10,7 +12,7 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 class PeakEwmaScorerParams(PluginParams):
     # latency assumed for an endpoint with no observation yet: optimistic, so new endpoints get tried
-    unknown_latency_s: float = Field(default=0.0, ge=0)
+    unknown_latency_s: Annotated[float, Field(ge=0)] = 0.0
     # cost per unit of weight: an operator's weight states relative capacity (parallel slots), which a
     # latency sample alone does not show. Off: Finagle's classic peak-EWMA.
     per_weight: bool = False

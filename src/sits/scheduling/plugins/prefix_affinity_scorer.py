@@ -6,6 +6,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from operator import attrgetter
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -25,8 +27,8 @@ _MAX_VNODE_RATIO = 16  # the heaviest endpoint gets at most 16x the lightest one
 class PrefixAffinityScorerParams(PluginParams):
     # bounded load: an endpoint takes affine traffic only while its load <= ceil(c x mean load), the
     # mean taken per unit of weight (configured capacity): with equal weights, Mirrokni's bound
-    load_factor: float = Field(default=1.25, ge=1.0)
-    virtual_nodes: int = Field(default=32, ge=1, le=1024)  # for the lightest endpoint; more in proportion to weight
+    load_factor: Annotated[float, Field(ge=1.0)] = 1.25
+    virtual_nodes: Annotated[int, Field(ge=1, le=1024)] = 32  # for the lightest endpoint; more in proportion to weight
 
 
 class PrefixAffinityScorer:

@@ -3,6 +3,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -10,7 +12,7 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
 class RandomSampleFilterParams(PluginParams):
-    size: int = Field(default=2, ge=1)
+    size: Annotated[int, Field(ge=1)] = 2
 
 
 class RandomSampleFilter:

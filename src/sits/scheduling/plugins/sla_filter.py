@@ -4,6 +4,8 @@ import random
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sits.scheduling.params import PluginParams
@@ -11,7 +13,7 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
 class SlaFilterParams(PluginParams):
-    default_sla_ms: float | None = Field(default=None, gt=0)  # when neither request nor model sets one
+    default_sla_ms: Annotated[float | None, Field(gt=0)] = None  # when neither request nor model sets one
     fail_open: bool = True  # if no endpoint meets the SLA, keep all: late beats never
 
 
