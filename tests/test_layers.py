@@ -30,8 +30,9 @@ ALLOWED = {
 }
 # Top-level modules: the composition root and the entry points above every layer.
 TOP_LEVEL = {
-    "__init__": set(), "__main__": {"cli"}, "errors": set(), "settings": set(),
-    "app": {"api", "backends", "configuration", "control", "tenant_parts", "pipeline", "runtime", "scheduling", "settings", "state", "telemetry",
+    "__init__": {"hot_path"}, "__main__": {"cli"}, "errors": set(), "settings": set(),
+    "hot_path": set(),  # which build of the compiled modules loads (docs/hot-path.md)
+    "app": {"api", "backends", "configuration", "control", "hot_path", "tenant_parts", "pipeline", "runtime", "scheduling", "settings", "state", "telemetry",
             "tenants", "understanding"},
     # the tenant parts of a gateway, composed for app.py
     "tenant_parts": {"api", "control", "runtime", "settings", "state", "telemetry", "tenants", "understanding"},

@@ -247,7 +247,7 @@ class Gateway:
         telemetry_routes = TelemetryRoutes(self.metrics, self.tracing, decisions, self.live_snapshot, admin_guard,
                                            lambda: self.registry.version, loopback_only=_is_loopback(self.host),
                                            share=self._worker_share)
-        health = HealthRoutes(self.readiness)
+        health = HealthRoutes(self.readiness, HOT_PATH.describe())
         control_routes = ControlRoutes(
             self.registry, admin_guard, self._health, self._breakers,
             self._stats,

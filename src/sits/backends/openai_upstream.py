@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sits.backends import anthropic_upstream
 from sits.backends.http_client import ConnectionPool, Origin, Timeouts
-from sits.backends.upstream_response import UpstreamResponse
+from sits.backends.upstream_response import UpstreamBody
 from sits.errors import UpstreamStatusError
 from sits.state.routing_table import Endpoint
 
@@ -58,7 +58,7 @@ class OpenAIUpstream:
         return enc
 
     async def send(self, endpoint: Endpoint, api_path: bytes, body: bytes, request_id: str,
-                   trace_headers: bytes = b"") -> UpstreamResponse:
+                   trace_headers: bytes = b"") -> UpstreamBody:
         """`trace_headers`: ready-encoded `traceparent` / `baggage` lines (each ending in CRLF), or empty."""
         enc = self._encoded.get(endpoint.id)
         if enc is None or enc.endpoint is not endpoint:
@@ -83,7 +83,7 @@ class OpenAIUpstream:
         return response
 
     async def _send_anthropic(self, enc: _EncodedEndpoint, api_path: bytes, body: bytes, request_id: str,
-                              trace_headers: bytes) -> UpstreamResponse:
+                              trace_headers: bytes) -> UpstreamBody:
         """The chat request as a Messages request; the answer comes back as chat completions."""
         endpoint = enc.endpoint
         messages_body, stream, include_usage = anthropic_upstream.request_body(api_path, body, endpoint.id)
@@ -102,7 +102,7 @@ class OpenAIUpstream:
                 upstream_status=response.status,
                 body=anthropic_upstream.error_body(payload[:65536], response.status),
             )
-        return anthropic_upstream.AnthropicResponse(response, stream, include_usage)  # type: ignore[return-value]
+        return anthropic_upstream.AnthropicResponse(response, stream, include_usage)
 
     async def probe(self, endpoint: Endpoint, path: str, timeout_s: float) -> int:
         """GET a health path on the endpoint's origin (never a billed completion); the HTTP status."""

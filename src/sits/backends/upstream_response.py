@@ -6,12 +6,38 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from sits.backends.pulled_body import pulled_body
 
 if TYPE_CHECKING:
     from sits.backends.http_client import _UpstreamConnection
 
 _PAUSE_ABOVE_BYTES = 1 << 20
+
+
+class UpstreamBody(Protocol):
+    """What the pipeline reads of an upstream's answer: an `UpstreamResponse`, or one translated as it
+    is read (an Anthropic-API upstream's, backends/anthropic_upstream.py)."""
+
+    status: int
+    headers: dict[str, str]
+
+    async def read(self) -> bytes: ...
+
+    def iter_chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def next_chunk(self) -> bytes: ...
+
+    def push(self, deliver: Callable[[bytes], bool]) -> asyncio.Future[None]: ...
+
+    def resume(self) -> None: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+    def first_chunk_within(self, seconds: float) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class UpstreamResponse:
@@ -44,25 +70,9 @@ class UpstreamResponse:
             await self._wait()
         return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive (each may join several network reads)."""
-        chunks = self._chunks
-        try:
-            while True:
-                if chunks:
-                    yield self._take()
-                elif self._done:
-                    return
-                else:  # `_wait` inlined: this runs once per streamed event
-                    if self._error is not None:
-                        raise self._error
-                    waiter = self._waiter = self._loop.create_future()
-                    await waiter  # a cancelled waiter is done: `_wake` skips it
-                    self._waiter = None
-                    if self._error is not None:
-                        raise self._error
-        finally:
-            self.close()
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive (each may join several network reads); closed when it ends."""
+        return pulled_body(self)
 
     async def next_chunk(self) -> bytes:
         """The bytes that arrived since the last call, waiting for some; b"" once the body ended."""

@@ -22,8 +22,7 @@ import hashlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import MappingProxyType
@@ -171,7 +170,7 @@ class GateSnapshot:
     in_flight: int
     limit: int
     drain_per_s: float | None
-    classes: tuple[ClassSnapshot, ClassSnapshot, ClassSnapshot]
+    classes: tuple[ClassSnapshot, ...]  # P0, P1, P2
 
 
 @dataclass(slots=True)
@@ -300,14 +299,9 @@ class PriorityGate:
         self._tallies[priority].admitted += 1
         return Ticket(self, priority, 0.0)
 
-    @asynccontextmanager
-    async def admit(self, priority: Priority, deadline: float | None = None) -> AsyncIterator[Ticket]:
-        """`acquire` and `release` around a block that uses the slot in full."""
-        ticket = await self.acquire(priority, deadline)
-        try:
-            yield ticket
-        finally:
-            ticket.release()
+    def admit(self, priority: Priority, deadline: float | None = None) -> Admitted:
+        """`acquire` and `release` around a block that uses the slot in full (`async with`)."""
+        return Admitted(self, priority, deadline)
 
     def wake(self) -> None:
         """Hand out slots after the limit rose; releases and arrivals do this anyway."""
@@ -320,7 +314,7 @@ class PriorityGate:
                           t.cancelled, t.wait_total_s, t.wait_max_s)
             for p, t in zip(CLASSES, self._tallies)
         )
-        return GateSnapshot(self._in_flight, self._limit(), self._drain.rate(now), classes)  # type: ignore[arg-type]
+        return GateSnapshot(self._in_flight, self._limit(), self._drain.rate(now), classes)
 
     # --- internals -------------------------------------------------------------------------
 
@@ -439,6 +433,25 @@ class PriorityGate:
 
 def _retry_after(seconds: int) -> tuple[tuple[str, str], ...]:
     return (("retry-after", str(seconds)),)
+
+
+class Admitted:
+    """`async with gate.admit(priority)`: a slot held for the block. A class rather than an
+    `asynccontextmanager` generator: the module is compiled (docs/hot-path.md)."""
+
+    def __init__(self, gate: PriorityGate, priority: Priority, deadline: float | None) -> None:
+        self._gate = gate
+        self._priority = priority
+        self._deadline = deadline
+        self._ticket: Ticket | None = None
+
+    async def __aenter__(self) -> Ticket:
+        self._ticket = await self._gate.acquire(self._priority, self._deadline)
+        return self._ticket
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._ticket is not None:
+            self._ticket.release()
 
 
 class PriorityGates:

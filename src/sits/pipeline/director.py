@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from operator import attrgetter
 
 
-from sits.backends.openai_upstream import OpenAIUpstream
 from sits.errors import (
     Overloaded,
     SitsError,
@@ -30,7 +29,7 @@ from sits.pipeline.model_resolution import ModelResolver, RouteReason
 from sits.pipeline.pool_planner import PoolPlanner
 from sits.pipeline.scheduling_hints import SchedulingHints
 from sits.pipeline.stream_resume import CHAT_API, resume_body
-from sits.pipeline.upstream_send import UpstreamSend
+from sits.pipeline.upstream_send import Upstream, UpstreamSend
 from sits.pipeline.fusion.answer import WorkflowAnswer
 from sits.pipeline.fusion.runner import WorkflowRunner
 from sits.pipeline.fusion.step_call import StepDirector
@@ -56,7 +55,7 @@ class Director:
         self,
         table: Callable[[], RoutingTable],
         scheduler: Scheduler,
-        backend: OpenAIUpstream,
+        backend: Upstream,
         stats: StatsStore,
         health: HealthBoard,
         breakers: CircuitBreakers,

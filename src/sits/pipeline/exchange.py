@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator, Callable
 
 import orjson
 
-from sits.backends.upstream_response import UpstreamResponse
+from sits.backends.upstream_response import UpstreamBody
 from sits.errors import UpstreamError, UpstreamProtocolError
 from sits.pipeline.answer import JSON, usage_of
+from sits.pipeline.pulled_exchange import checked_chunks
 from sits.pipeline.sse_guard import SseGuard
 from sits.state.endpoint_stats import EndpointStats
 from sits.state.routing_table import Endpoint
@@ -26,7 +27,7 @@ class Exchange:
         endpoint: Endpoint,
         model: str,
         route: str,
-        response: UpstreamResponse,
+        response: UpstreamBody,
         stats: EndpointStats,
         clock: Callable[[], float],
         started: float,
@@ -97,20 +98,10 @@ class Exchange:
         self._first = first
         self.first_byte_at = self._clock()
 
-    async def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
+    def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
         """The upstream's SSE bytes as they come (`include_usage` is the forwarded body's business)."""
-        ok = False
-        try:
-            if self._first is not None:
-                yield self._first
-                self._first = None
-            guard = self._guard or SseGuard(self.endpoint.id)
-            async for chunk in self.response.iter_chunks():
-                guard.check(chunk)
-                yield chunk
-            ok = True
-        finally:
-            self.close(ok)
+        first, self._first = self._first, None
+        return checked_chunks(self.response, first, self._guard or SseGuard(self.endpoint.id), self.close)
 
     async def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> None:
         """`chunks()` pushed: each chunk, SSE-checked, goes to `deliver` from the upstream connection's

@@ -20,7 +20,7 @@ class SseGuard:
         self._partial = b""
         self._source = source
         self._deliver: Callable[[bytes], bool] = _unset
-        self._broken: Callable[[SitsError], None] = _unset
+        self._broken: Callable[[SitsError], None] = _unset_broken
 
     def forward_to(self, deliver: Callable[[bytes], bool], broken: Callable[[SitsError], None]) -> None:
         """For `relay`: where checked chunks go, and who hears of a malformed one."""
@@ -67,4 +67,8 @@ class SseGuard:
 
 
 def _unset(_: object) -> bool:
+    raise RuntimeError("SseGuard.relay before forward_to")
+
+
+def _unset_broken(_: SitsError) -> None:
     raise RuntimeError("SseGuard.relay before forward_to")

@@ -9,10 +9,11 @@ to any other endpoint as its chat translation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import orjson
 
-from sits.backends.openai_upstream import OpenAIUpstream
+from sits.backends.upstream_response import UpstreamBody
 from sits.errors import NotFound, UpstreamStatusError, UpstreamTimeout
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.context import Passthrough, RoutingRequest
@@ -25,8 +26,15 @@ from sits.telemetry.tracing import end_span
 RESPONSES_API = "/responses"
 
 
+class Upstream(Protocol):
+    """What sends one request to one endpoint (backends/openai_upstream.py: `OpenAIUpstream`)."""
+
+    async def send(self, endpoint: Endpoint, api_path: bytes, body: bytes, request_id: str,
+                   trace_headers: bytes = b"") -> UpstreamBody: ...
+
+
 class UpstreamSend:
-    def __init__(self, backend: OpenAIUpstream, stats: StatsStore, admission: Admission | None,
+    def __init__(self, backend: Upstream, stats: StatsStore, admission: Admission | None,
                  clock: Callable[[], float]) -> None:
         self._backend = backend
         self._stats = stats

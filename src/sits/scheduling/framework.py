@@ -218,7 +218,7 @@ class Profile:
             if hi == 0.0 and lo == 0.0 and not sum(scores):
                 continue  # all 0 (no prefix, no adapter asked for): adds nothing to any total
             if totals is None:
-                totals = scores if w == 1.0 else [w * s for s in scores]  # type: ignore[assignment]
+                totals = list(scores) if w == 1.0 else [w * s for s in scores]  # a scorer may give any sequence
             elif w == 1.0:
                 totals = list(map(add, totals, scores))
             else:

@@ -224,7 +224,7 @@ class GatewayMetrics(Collector):
             if usage[1]:
                 tokens[series.tokens_out] = tokens.get(series.tokens_out, 0.0) + usage[1]
 
-    def inter_token(self, model: str, endpoint: str) -> Buckets:
+    def inter_token(self, model: str, endpoint: str) -> Buckets | None:
         """The series a stream relay observes its gaps on (looked up once per stream)."""
         return (self._series.get((model, endpoint)) or self._new_series(model, endpoint)).gaps
 
@@ -276,7 +276,7 @@ class NoMetrics(GatewayMetrics):
                usage: tuple[int, int] | None = None) -> None:
         pass
 
-    def inter_token(self, model: str, endpoint: str) -> Buckets | None:  # type: ignore[override]
+    def inter_token(self, model: str, endpoint: str) -> Buckets | None:
         return None
 
     def failed(self, model: str, status: int) -> None:
