@@ -20,6 +20,7 @@ from sits.api.schemas import max_tokens_of
 from sits.errors import SitsError
 from sits.pipeline.admission import priority_from
 from sits.state.routing_table import RoutingTable
+from sits.telemetry.tracing import RequestTrace
 from sits.tenants.gate import TenantGate
 from sits.tenants.records import KeyRecord
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
@@ -111,8 +112,9 @@ class HttpTenantGate:
             if len(self._warnings) > 10_000:  # answers that never came to take theirs
                 self._warnings.clear()
             self._warnings[id(request)] = ticket.warning
-        if seen.trace.recording:  # the key's public id and team on the request's span, never the key
-            seen.trace.root.set_attributes(ticket.span_attributes())
+        trace = seen.trace
+        if isinstance(trace, RequestTrace) and trace.recording:  # the key's id and team on the span, never the key
+            trace.root.set_attributes(ticket.span_attributes())
 
     def wrap(self, route: Route) -> Route:
         """`route` with the soft-budget warning header on its answer. Only a key or team with a soft

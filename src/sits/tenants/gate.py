@@ -73,7 +73,7 @@ class Ticket:
         self.prompt_tokens = self.output_tokens = self.reserved_nano = 0
         self.warning: str | None = None  # soft budget passed: said in the x-sits-budget-warning header
         # While its counters are being asked: what `TenantGate.end` takes (Redis's answer, or its failure).
-        self.pending: asyncio.Future[Reservation | Denied] | None = None
+        self.pending: asyncio.Future[Reservation | Denied | RedisUnavailable] | None = None
         # What a stream that reported no usage generated (its relay fills it in): counted at settlement.
         self.generated: str | None = None
         self._done = False
@@ -247,7 +247,8 @@ class TenantGate:
         if type(outcome) is asyncio.Future:
             ticket.pending = outcome
             return ticket
-        return self.end(ticket, outcome)  # type: ignore[arg-type]
+        assert not isinstance(outcome, asyncio.Future)
+        return self.end(ticket, outcome)
 
     def end(self, ticket: Ticket, outcome: Reservation | Denied | RedisUnavailable) -> Ticket:
         """The second half of `admit`: what the limiter answered (Redis's failure: counted here alone)."""

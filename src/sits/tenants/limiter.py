@@ -257,12 +257,13 @@ class Limiter:
     # -- admission ----------------------------------------------------------------------
 
     async def admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
-        outcome = self.reserve(plan, tokens, nano, member)
-        if type(outcome) is asyncio.Future:
-            outcome = await outcome
-            if type(outcome) is RedisUnavailable:
-                return self.alone(plan, tokens, nano, member, outcome)
-        return outcome  # type: ignore[return-value]
+        reserved = self.reserve(plan, tokens, nano, member)
+        if not isinstance(reserved, asyncio.Future):
+            return reserved
+        outcome = await reserved
+        if isinstance(outcome, RedisUnavailable):
+            return self.alone(plan, tokens, nano, member, outcome)
+        return outcome
 
     def reserve(self, plan: Plan, tokens: int, nano: int,
                 member: str) -> Reservation | Denied | asyncio.Future[Reservation | Denied | RedisUnavailable]:
