@@ -10,7 +10,8 @@ import openai
 import orjson
 import pytest
 
-from sits.api.schemas import CHAT_COMPLETION, max_tokens_of
+from sits.api.body_fields import max_tokens_of
+from sits.api.schemas import CHAT_COMPLETION
 from tests.conftest import sdk
 from tests.upstream_server import FakeUpstream
 

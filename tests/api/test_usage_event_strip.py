@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from sits.api.chat_stream_relay import without_usage_event
-from sits.api.schemas import asking_usage
+from sits.api.body_fields import asking_usage
 
 
 def event(payload: dict) -> bytes:

@@ -9,7 +9,8 @@ from typing import Any
 
 from sits.api.auth import bearer_token
 from sits.api.http_types import HttpRequest
-from sits.api.schemas import BodySchema, max_tokens_of, sla_ms_of
+from sits.api.body_fields import max_tokens_of, sla_ms_of
+from sits.api.schemas import BodySchema
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
 from sits.pipeline.context import Passthrough, RoutingRequest

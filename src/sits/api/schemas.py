@@ -14,6 +14,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
                       ValidationError, with_config)
 from typing_extensions import NotRequired, TypedDict
 
+from sits.api.body_fields import NO_NEEDS, chat_needs, chat_prompt_text, completion_prompt_text
 from sits.errors import ClientError, InvalidRequest, UnprocessableRequest
 
 Number = StrictFloat  # strict floats still accept ints
@@ -110,88 +111,9 @@ class BodySchema(Generic[B]):
         return [name for name in body if name not in self.known] if len(body) > self._required else []
 
 
-def _chat_prompt_text(body: ChatCompletionBody) -> str:
-    parts = []
-    for m in body["messages"]:
-        content = m.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif content:
-            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "\n".join(parts)
-
-
-NO_NEEDS: frozenset[str] = frozenset()
-_JSON_FORMATS = ("json_object", "json_schema")
-_IMAGE_PARTS = ("image_url", "input_image")
-
-
-def _chat_needs(body: ChatCompletionBody) -> frozenset[str]:
-    """`tools` (tools or functions given), `json` (a JSON response_format), `vision` (an image part)."""
-    needs: list[str] = []
-    if body.get("tools") or body.get("functions"):
-        needs.append("tools")
-    response_format = body.get("response_format")
-    if response_format and response_format.get("type") in _JSON_FORMATS:
-        needs.append("json")
-    for m in body["messages"]:
-        content = m.get("content")
-        if content and not isinstance(content, str) and any(
-                isinstance(p, dict) and p.get("type") in _IMAGE_PARTS for p in content):
-            needs.append("vision")
-            break
-    return frozenset(needs) if needs else NO_NEEDS
-
-
-def max_tokens_of(body: Mapping[str, Any]) -> int:
-    """The completion budget the client asked for (0: none), for the context-window filter."""
-    asked = body.get("max_completion_tokens") or body.get("max_tokens")
-    return asked if type(asked) is int else 0
-
-
-SLA_HEADER = "x-sits-sla-ms"
-_MAX_SLA_MS = 3_600_000.0
-
-
-def sla_ms_of(headers: Mapping[str, str]) -> float | None:
-    """The request's own latency bound (`x-sits-sla-ms`), for the SLA filter; 422 if malformed."""
-    text = headers.get(SLA_HEADER)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value <= _MAX_SLA_MS:  # NaN fails this too
-        raise UnprocessableRequest(f"{SLA_HEADER} must be a number of milliseconds in (0, {_MAX_SLA_MS:g}], "
-                                   f"got {text[:40]!r}", param=SLA_HEADER)
-    return value
-
-
-def _completion_prompt_text(body: CompletionBody) -> str:
-    prompt = body["prompt"]
-    if isinstance(prompt, str):
-        return prompt
-    return "\n".join(p for p in prompt if isinstance(p, str))
-
-
-CHAT_COMPLETION = BodySchema(ChatCompletionBody, _chat_prompt_text, _chat_needs)
-COMPLETION = BodySchema(CompletionBody, _completion_prompt_text)
+CHAT_COMPLETION = BodySchema(ChatCompletionBody, chat_prompt_text, chat_needs)
+COMPLETION = BodySchema(CompletionBody, completion_prompt_text)
 EMBEDDING = BodySchema(EmbeddingBody, lambda body: "")
-
-
-def include_usage(body: Mapping[str, Any]) -> bool:
-    """`stream_options.include_usage` of a validated body."""
-    options = body.get("stream_options")
-    return bool(options and options.get("include_usage"))
-
-
-def asking_usage(raw: bytes) -> bytes:
-    """A chat body without `stream_options` that asks for the stream's usage event: written into the
-    client's bytes (not parsed and dumped again), so a keyed stream is settled on the usage its
-    upstream counted. The relay takes that event out again (`ChatStreamRelay`, `strip_usage`)."""
-    at = raw.find(b"{")
-    return raw[:at + 1] + b'"stream_options":{"include_usage":true},' + raw[at + 1:]
 
 
 def parse_body(schema: type[T], body: bytes) -> T:

@@ -16,7 +16,7 @@ from sits.api.auth import bearer_token
 from sits.api.dispatch import Route
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import Observation
-from sits.api.schemas import max_tokens_of
+from sits.api.body_fields import max_tokens_of
 from sits.errors import SitsError
 from sits.pipeline.admission import priority_from
 from sits.state.routing_table import RoutingTable

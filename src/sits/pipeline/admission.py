@@ -101,17 +101,17 @@ class PriorityRules:
     by_key_sha256: Mapping[str, Priority] = field(default_factory=lambda: MappingProxyType({}))
     key_is_ceiling: bool = True
 
-    def resolve(self, header: str | None, api_key: str | None, model: str, key_class: int | None = None) -> int:
-        """The request's admission class (a `Priority` value, or a key's class as an int)."""
-        if key_class is None:
-            key_class = self.by_key_sha256.get(key_digest(api_key)) if api_key and self.by_key_sha256 else None
+    def resolve(self, header: str | None, api_key: str | None, model: str, key_class: int | None = None) -> Priority:
+        """The request's admission class; `key_class`: the tenant key's, when it names one."""
+        by_key = CLASSES[key_class] if key_class is not None else (
+            self.by_key_sha256.get(key_digest(api_key)) if api_key and self.by_key_sha256 else None)
         if header is not None:
             asked = parse_priority_header(header)
-            if key_class is not None and self.key_is_ceiling:
-                return max(asked, key_class)
+            if by_key is not None and self.key_is_ceiling:
+                return max(asked, by_key)
             return asked
-        if key_class is not None:
-            return key_class
+        if by_key is not None:
+            return by_key
         return self.by_model.get(model, self.default)
 
 

@@ -122,14 +122,3 @@ def usage_of(payload: bytes) -> tuple[int, int] | None:
 def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
     """Usage from the last events of a stream (sent when the client asked for include_usage)."""
     return usage_of(tail) if tail.find(b'"usage":{') >= 0 else None  # find(): see openai_routes._relay_stream
-
-
-async def push_all(chunks: AsyncIterator[bytes], deliver: Callable[[bytes], bool]) -> None:
-    """`Answer.push` for an answer the gateway made: it is complete, so nothing waits for room."""
-    async for chunk in chunks:
-        deliver(chunk)
-
-
-async def replay(events: list[bytes]) -> AsyncIterator[bytes]:
-    """An answer the gateway made, as one chunk: it is complete, so a door writes it at once."""
-    yield b"".join(events)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from sits.pipeline.answer import JSON, push_all, replay
+from sits.pipeline.answer import JSON
+from sits.pipeline.made_answer import push_all, replay
 from sits.pipeline.cached_response import cache_header, kind_of, render_completion, render_sse
 from sits.state.semantic_cache import CachedCompletion, CacheHit
 

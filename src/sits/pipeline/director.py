@@ -78,7 +78,8 @@ class Director:
         self._understander = understander
         self._breakers = breakers
         self._sender = UpstreamSend(backend, stats, admission, clock)
-        self._chain = FallbackChain(self._sender.send, budget, breakers, health, clock, fallback_policy, metrics)
+        self._chain: FallbackChain[Exchange] = FallbackChain(self._sender.send, budget, breakers, health, clock,
+                                                             fallback_policy, metrics)
         self._table = table
         self._scheduler = scheduler
         self._backend = backend

@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Generic, Literal, NamedTuple, Protocol, TypeVar
 
 from sits.errors import (ContextTooLong, SitsError, UpstreamConnectError, UpstreamConnectionLost, UpstreamError,
                          UpstreamStatusError, UpstreamTimeout)
 from sits.pipeline.context import RoutingRequest
-from sits.pipeline.exchange import Exchange
 from sits.scheduling.framework import Decision
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
@@ -27,7 +26,18 @@ from sits.state.routing_table import Endpoint, ModelEntry
 from sits.telemetry.metrics import NO_METRICS, GatewayMetrics
 
 PlanKind = Literal["primary", "tier", "fallback", "larger-context"]  # tier: another model `auto` may use
-Send = Callable[[Endpoint, str, RoutingRequest, bytes], Awaitable[Exchange]]
+
+
+class Started(Protocol):
+    """What the chain needs of a started attempt (pipeline/exchange.py: `Exchange`)."""
+
+    attempts: str  # the endpoints tried, set on the one that answers
+
+    async def prefetch_first_chunk(self, timeout_s: float) -> None: ...
+
+
+E = TypeVar("E", bound=Started)
+Send = Callable[[Endpoint, str, RoutingRequest, bytes], Awaitable[E]]
 
 _CONTEXT_MARKERS = (b"context_length_exceeded", b"maximum context length", b"context window", b"too many tokens",
                     b"exceeds the context")
@@ -77,8 +87,8 @@ def is_context_error(error: SitsError) -> bool:
         marker in error.body.lower() for marker in _CONTEXT_MARKERS)
 
 
-class FallbackChain:
-    def __init__(self, send: Send, budget: RetryBudget, breakers: CircuitBreakers, health: HealthBoard,
+class FallbackChain(Generic[E]):
+    def __init__(self, send: Send[E], budget: RetryBudget, breakers: CircuitBreakers, health: HealthBoard,
                  clock: Callable[[], float], policy: FallbackPolicy = FallbackPolicy(),
                  metrics: GatewayMetrics = NO_METRICS) -> None:
         self._metrics = metrics
@@ -89,7 +99,7 @@ class FallbackChain:
         self._clock = clock
         self.policy = policy
 
-    async def run(self, request: RoutingRequest, body: bytes, plans: Iterable[Plan]) -> Exchange:
+    async def run(self, request: RoutingRequest, body: bytes, plans: Iterable[Plan]) -> E:
         attempts: list[str] = []
         last: SitsError | None = None
         only_unavailable = True
@@ -160,14 +170,14 @@ class FallbackChain:
                 return exchange
         raise AttemptsFailed(last, attempts, only_unavailable)
 
-    async def _attempt(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> Exchange:
+    async def _attempt(self, endpoint: Endpoint, model: str, request: RoutingRequest, body: bytes) -> E:
         exchange = await self._send(endpoint, model, request, body)
         if request.stream:
             await exchange.prefetch_first_chunk(self.policy.ttft_timeout_s)
         return exchange
 
     async def _attempt_before(self, seconds: float, endpoint: Endpoint, model: str, request: RoutingRequest,
-                              body: bytes) -> Exchange:
+                              body: bytes) -> E:
         """An attempt bounded by what is left of the request's deadline (to the first byte)."""
         try:
             async with asyncio.timeout(seconds):

@@ -29,7 +29,8 @@ from sits.api.grpc.status_codes import grpc_status, metadata_value
 from sits.api.http_types import HttpRequest
 from sits.api.request_observer import UNKNOWN_MODEL, Observation, RequestObserver
 from sits.api.request_intake import RequestIntake
-from sits.api.schemas import CHAT_COMPLETION, asking_usage
+from sits.api.body_fields import asking_usage
+from sits.api.schemas import CHAT_COMPLETION
 from sits.api.tenant_gate import WARNING_HEADER, HttpTenantGate
 from sits.telemetry.tracing import NO_TRACE
 from sits.errors import InvalidRequest, SitsError, UpstreamProtocolError, UpstreamTimeout

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from sits.pipeline.answer import JSON, push_all, replay
+from sits.pipeline.answer import JSON
+from sits.pipeline.made_answer import push_all, replay
 from sits.pipeline.fusion import render
 from sits.pipeline.fusion.result import WorkflowResult
 

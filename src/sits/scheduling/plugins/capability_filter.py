@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -14,8 +15,8 @@ class CapabilityFilterParams(PluginParams):
 class CapabilityFilter:
     """Keeps endpoints whose model declares every feature the request needs (tools, vision, JSON output)."""
 
-    name = "capability-filter"
-    Params = CapabilityFilterParams
+    name: ClassVar[str] = "capability-filter"  # a class attribute in the compiled class too (docs/hot-path.md)
+    Params: ClassVar[type[CapabilityFilterParams]] = CapabilityFilterParams
 
     def __init__(self, params: CapabilityFilterParams | None = None) -> None:
         self._undeclared_ok = (params or CapabilityFilterParams()).undeclared_is_capable

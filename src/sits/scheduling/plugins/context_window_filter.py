@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -26,8 +26,8 @@ class ContextWindowFilterParams(PluginParams):
 class ContextWindowFilter:
     """Keeps endpoints whose context window holds the prompt plus the completion asked for."""
 
-    name = "context-window-filter"
-    Params = ContextWindowFilterParams
+    name: ClassVar[str] = "context-window-filter"  # a class attribute in the compiled class too (docs/hot-path.md)
+    Params: ClassVar[type[ContextWindowFilterParams]] = ContextWindowFilterParams
 
     def __init__(self, params: ContextWindowFilterParams | None = None) -> None:
         self._default_completion = (params or ContextWindowFilterParams()).default_completion_tokens

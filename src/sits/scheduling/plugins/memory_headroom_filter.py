@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -20,8 +20,8 @@ class MemoryHeadroomFilterParams(PluginParams):
 class MemoryHeadroomFilter:
     """Drops endpoints whose engine KV cache or GPU memory is nearly full; unknown usage passes."""
 
-    name = "memory-headroom-filter"
-    Params = MemoryHeadroomFilterParams
+    name: ClassVar[str] = "memory-headroom-filter"  # a class attribute in the compiled class too (docs/hot-path.md)
+    Params: ClassVar[type[MemoryHeadroomFilterParams]] = MemoryHeadroomFilterParams
 
     def __init__(self, params: MemoryHeadroomFilterParams | None = None) -> None:
         p = params or MemoryHeadroomFilterParams()

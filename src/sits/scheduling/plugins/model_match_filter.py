@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from sits.scheduling.params import NoParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -11,8 +12,8 @@ class ModelMatchFilter:
     """Keeps endpoints that serve the requested model (the director resolves aliases first); a request
     for no model (`auto` scheduling a tier's models together) keeps every endpoint."""
 
-    name = "model-match-filter"
-    Params = NoParams
+    name: ClassVar[str] = "model-match-filter"  # a class attribute in the compiled class too (docs/hot-path.md)
+    Params: ClassVar[type[NoParams]] = NoParams
 
     def __init__(self, params: NoParams | None = None) -> None:
         pass

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from sits.scheduling.params import PluginParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
@@ -14,8 +15,8 @@ class TierFilterParams(PluginParams):
 class TierFilter:
     """Keeps endpoints in the request's tier (tiny, base, heavy); a request without a tier keeps all."""
 
-    name = "tier-filter"
-    Params = TierFilterParams
+    name: ClassVar[str] = "tier-filter"  # a class attribute in the compiled class too (docs/hot-path.md)
+    Params: ClassVar[type[TierFilterParams]] = TierFilterParams
 
     def __init__(self, params: TierFilterParams | None = None) -> None:
         self._fail_open = (params or TierFilterParams()).fail_open
