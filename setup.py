@@ -53,6 +53,9 @@ class BuildHotPath(build_ext):
 
     def run(self) -> None:
         MANIFEST.unlink(missing_ok=True)
+        if self.inplace:  # an editable install: a module dropped from the list must not shadow its source
+            for built in (ROOT / "src").rglob("*.so"):
+                built.unlink()
         if not COMPILE:
             return
         from mypy.version import __version__ as mypy_version

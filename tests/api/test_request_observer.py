@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sits.pipeline.answer import stream_usage_of, usage_of
 
@@ -23,3 +27,19 @@ def test_usage_of(payload, usage):
 def test_stream_usage_only_from_an_event_that_carries_it():
     assert stream_usage_of(b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\n') == (1, 2)
     assert stream_usage_of(b'data: {"choices":[{"delta":{"content":"usage"}}]}\n\n') is None
+
+
+@given(prompt=st.integers(0, 10**9), completion=st.integers(0, 10**9), indent=st.sampled_from([None, 1]),
+       order=st.booleans(), details=st.booleans(), last=st.booleans())
+def test_usage_of_reads_what_json_says(prompt, completion, indent, order, details, last):
+    """Compact (read by position) or spaced (by regex), either key order, with or without more keys."""
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion} if order else \
+        {"completion_tokens": completion, "prompt_tokens": prompt}
+    if details:
+        usage["prompt_tokens_details"] = {"cached_tokens": 1}
+    usage["total_tokens"] = prompt + completion
+    answer = {"choices": [{"message": {"content": '"usage":{"prompt_tokens":5'}}], "usage": usage}
+    if not last:
+        answer = {"usage": usage, "id": "x"}
+    payload = json.dumps(answer, indent=indent, separators=(",", ":") if indent is None else None).encode()
+    assert usage_of(payload) == (prompt, completion)

@@ -104,11 +104,20 @@ _BOTH_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_token
 def usage_of(payload: bytes) -> tuple[int, int] | None:
     """(prompt_tokens, completion_tokens) from a JSON answer's `usage` object, if it has one.
 
-    Two regex searches after `"usage":{` instead of parsing the whole answer (several times cheaper on
-    a typical completion; the counts are plain integers in every OpenAI-compatible server's usage)."""
+    Read by position in the compact form most servers write, else by regex search after `"usage":`;
+    never by parsing the whole answer (the counts are plain integers in every OpenAI-compatible server's
+    usage)."""
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
+    if payload.startswith(b'{"prompt_tokens":', at + 8):  # compact JSON, the usual order: no regex at all
+        start = at + 25
+        comma = payload.find(b",", start)
+        if comma > start and payload.startswith(b'"completion_tokens":', comma + 1):
+            end = _number_end(payload, comma + 21)
+            prompt_digits, completion_digits = payload[start:comma], payload[comma + 21:end]
+            if prompt_digits.isdigit() and completion_digits.isdigit():
+                return int(prompt_digits), int(completion_digits)
     both = _BOTH_TOKENS.search(payload, at)
     if both is not None:
         return int(both[1]), int(both[2])
@@ -117,6 +126,14 @@ def usage_of(payload: bytes) -> tuple[int, int] | None:
     if prompt is None and completion is None:
         return None
     return (int(prompt.group(1)) if prompt else 0, int(completion.group(1)) if completion else 0)
+
+
+def _number_end(payload: bytes, start: int) -> int:
+    """Where the JSON number at `start` ends: the next `,` or `}` (the payload's end if neither)."""
+    comma, brace = payload.find(b",", start), payload.find(b"}", start)
+    if comma < 0:
+        return brace if brace >= 0 else len(payload)
+    return comma if brace < 0 or comma < brace else brace
 
 
 def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
