@@ -47,7 +47,10 @@ class BuildHotPath(build_ext):
 
             paths = [str(source_of(m).relative_to(ROOT)) for m in compiled_modules()]
             print(f"sits: compiling {len(paths)} hot-path modules with mypyc {mypy_version} (minutes)", flush=True)
-            self.distribution.ext_modules = mypycify(["--ignore-missing-imports", "--follow-imports=silent", *paths],
+            # --no-site-packages: the same build whether or not the dependencies are installed yet (pip builds
+            # before it installs them); third-party types are Any to the compiler (docs/hot-path.md)
+            flags = ["--no-site-packages", "--ignore-missing-imports", "--follow-imports=silent"]
+            self.distribution.ext_modules = mypycify([*flags, *paths],
                                                      opt_level="3", group_name="sits_hot_path")
         super().finalize_options()
 

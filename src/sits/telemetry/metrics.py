@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 INTER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -141,7 +140,7 @@ class _Series:
         return key
 
 
-class GatewayMetrics(Collector):
+class GatewayMetrics:
     enabled = True
 
     def __init__(self, max_values_per_label: int = 512, idle_upstream: Callable[[], int] | None = None) -> None:
