@@ -20,7 +20,8 @@ import statistics
 import time
 
 from sits.errors import Overloaded
-from sits.pipeline.admission import GatePolicy, Priority, PriorityGate
+from sits.pipeline.admission import GatePolicy, PriorityGate
+from sits.pipeline.priority import Priority
 from sits.state.concurrency_limit import (
     AimdLimiter,
     AimdSettings,

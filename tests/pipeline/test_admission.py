@@ -14,17 +14,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sits.errors import Overloaded, UnprocessableRequest
-from sits.pipeline.admission import (
+from sits.pipeline.admission import AdmissionConfig, GatePolicy, PriorityGate, PriorityGates, gate_policy, limiter_factory
+from sits.pipeline.priority import (
     PRIORITY_HEADER,
-    AdmissionConfig,
-    GatePolicy,
     Priority,
-    PriorityGate,
-    PriorityGates,
     PriorityRules,
-    gate_policy,
     key_digest,
-    limiter_factory,
     parse_priority_header,
     priority_rules,
 )

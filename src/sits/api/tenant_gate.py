@@ -18,7 +18,7 @@ from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import Observation
 from sits.api.body_fields import max_tokens_of
 from sits.errors import SitsError
-from sits.pipeline.admission import priority_from
+from sits.pipeline.priority import priority_from
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.tracing import RequestTrace
 from sits.tenants.gate import TenantGate

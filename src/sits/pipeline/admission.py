@@ -18,17 +18,14 @@ Everything is pure bookkeeping on the event loop thread; the clock is injected.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import IntEnum
-from types import MappingProxyType
+from collections.abc import Callable
+from dataclasses import dataclass
 
-
-from sits.errors import Overloaded, UnprocessableRequest
+from sits.errors import Overloaded
+from sits.pipeline.priority import CLASSES, Priority
 from sits.state.admission_config import AdmissionConfig, AimdLimitConfig, FixedLimitConfig
 from sits.state.concurrency_limit import (
     AimdLimiter,
@@ -40,80 +37,6 @@ from sits.state.concurrency_limit import (
     GradientSettings,
     LimitBounds,
 )
-
-PRIORITY_HEADER = "x-sits-priority"
-
-
-class Priority(IntEnum):
-    """Lower value, more urgent."""
-
-    P0 = 0  # real-time
-    P1 = 1  # interactive
-    P2 = 2  # batch
-
-
-CLASSES = tuple(Priority)
-_SPELLINGS = {
-    "p0": Priority.P0, "0": Priority.P0, "realtime": Priority.P0, "real-time": Priority.P0,
-    "p1": Priority.P1, "1": Priority.P1, "interactive": Priority.P1,
-    "p2": Priority.P2, "2": Priority.P2, "batch": Priority.P2,
-}
-
-
-def priority_from(value: str | int | Priority) -> Priority | None:
-    """P0/P1/P2, 0/1/2 or realtime/interactive/batch (any case); None when it is none of them."""
-    if isinstance(value, Priority):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return Priority(value) if 0 <= value <= 2 else None
-    if isinstance(value, str):
-        return _SPELLINGS.get(value.strip().lower())
-    return None
-
-
-def parse_priority_header(value: str) -> Priority:
-    """The `x-sits-priority` header's class; 422 naming the header when it is not one."""
-    priority = priority_from(value)
-    if priority is None:
-        shown = value if len(value) <= 40 else value[:40] + "..."
-        raise UnprocessableRequest(
-            f"invalid {PRIORITY_HEADER} header {shown!r}: use P0, P1 or P2 (also 0/1/2 or realtime/interactive/batch)",
-            param=PRIORITY_HEADER,
-        )
-    return priority
-
-
-def key_digest(api_key: str) -> str:
-    """How config names an API key: its SHA-256 in hex, so no secret sits in YAML."""
-    return hashlib.sha256(api_key.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class PriorityRules:
-    """Which class a request gets: header, else its API key's class, else its model's, else default.
-
-    With `key_is_ceiling` a key's class is also the most urgent the header may ask for, so a batch
-    key cannot promote itself to P0; asking for a higher class quietly gets the key's class.
-    """
-
-    default: Priority = Priority.P1
-    by_model: Mapping[str, Priority] = field(default_factory=lambda: MappingProxyType({}))
-    by_key_sha256: Mapping[str, Priority] = field(default_factory=lambda: MappingProxyType({}))
-    key_is_ceiling: bool = True
-
-    def resolve(self, header: str | None, api_key: str | None, model: str, key_class: int | None = None) -> Priority:
-        """The request's admission class; `key_class`: the tenant key's, when it names one."""
-        by_key = CLASSES[key_class] if key_class is not None else (
-            self.by_key_sha256.get(key_digest(api_key)) if api_key and self.by_key_sha256 else None)
-        if header is not None:
-            asked = parse_priority_header(header)
-            if by_key is not None and self.key_is_ceiling:
-                return max(asked, by_key)
-            return asked
-        if by_key is not None:
-            return by_key
-        return self.by_model.get(model, self.default)
-
 
 @dataclass(frozen=True, slots=True)
 class GatePolicy:
@@ -476,15 +399,6 @@ class PriorityGates:
 
     def snapshot(self) -> dict[str, GateSnapshot]:
         return {name: gate.snapshot() for name, gate in self._gates.items()}
-
-
-def priority_rules(config: AdmissionConfig) -> PriorityRules:
-    return PriorityRules(
-        default=Priority[config.default_priority],
-        by_model=MappingProxyType({m: Priority[p] for m, p in config.priority_by_model.items()}),
-        by_key_sha256=MappingProxyType({k: Priority[p] for k, p in config.priority_by_key_sha256.items()}),
-        key_is_ceiling=config.key_is_ceiling,
-    )
 
 
 def gate_policy(config: AdmissionConfig) -> GatePolicy:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sits.pipeline.admission import CLASSES, PriorityGates, Ticket, gate_policy, limiter_factory, priority_rules
+from sits.pipeline.admission import PriorityGates, Ticket, gate_policy, limiter_factory
+from sits.pipeline.priority import CLASSES, priority_rules
 from sits.state.admission_config import AdmissionConfig
 from sits.state.concurrency_limit import EndpointLimits, LatencySample
 from sits.state.routing_table import RoutingTable
