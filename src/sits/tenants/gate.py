@@ -244,10 +244,9 @@ class TenantGate:
             if plan.budgets and price is not None else 0
         ticket.prompt_tokens, ticket.output_tokens, ticket.reserved_nano = prompt, output, reserve_nano
         outcome = self.limiter.reserve(plan, prompt + output, reserve_nano, f"{self._member_prefix}{next(self._members)}")
-        if type(outcome) is asyncio.Future:
+        if isinstance(outcome, asyncio.Future):
             ticket.pending = outcome
             return ticket
-        assert not isinstance(outcome, asyncio.Future)
         return self.end(ticket, outcome)
 
     def end(self, ticket: Ticket, outcome: Reservation | Denied | RedisUnavailable) -> Ticket:
