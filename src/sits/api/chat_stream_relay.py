@@ -2,8 +2,9 @@
 
 Two ways to consume one relay, whichever the door supports: `push(sink)`, where each chunk goes from
 the upstream connection's read callback straight into the client's connection (no task wakes up per
-event: what the HTTP/1.1 door uses), and `chunks()`, an async iterator (the HTTP/2 door). Both see each
-chunk through `_deliver` and end through `_end`, so what is recorded cannot differ between them.
+event: what the HTTP/1.1 door uses), and `chunks()`, an async iterator (the HTTP/2 door;
+`api/pulled_relays.py`). Both see each chunk through `deliver` and end through `end`, so what is
+recorded cannot differ between them.
 
 A stream that breaks is resumed on another endpoint or fallback model when `resume` is given (the
 client's request and body) and one can go on from the partial answer; otherwise it gets an SSE error
@@ -20,6 +21,7 @@ from time import perf_counter
 import orjson
 
 from sits.api.http_types import ChunkSink
+from sits.api import pulled_relays
 from sits.api.pulled_relay import PulledRelay, PulledSink
 from sits.api.request_observer import Observation
 from sits.errors import SitsError, UpstreamProtocolError
@@ -35,12 +37,13 @@ log = logging.getLogger("sits.api")
 
 class ChatStreamRelay(PulledRelay):
     __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_last",
-                 "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_pulled", "_strip_usage")
+                 "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_strip_usage")
 
     def __init__(self, answer: Answer, director: Director, seen: Observation, prompt: str,
                  resume: tuple[RoutingRequest, bytes] | None, include_usage: bool, strip_usage: bool = False) -> None:
         """`strip_usage`: the gateway asked the upstream for the usage event (a keyed stream, settled on
         it) and the client did not: the usage-only event is kept for settlement but not sent on."""
+        super().__init__()
         self._answer = answer
         self._director = director
         self._seen = seen
@@ -56,13 +59,12 @@ class ChatStreamRelay(PulledRelay):
         self._previous = 0.0
         self._sink: ChunkSink = _PULLED  # push() puts the client's connection here, chunks() a PulledSink
         self._strip_usage = strip_usage
-        self._pulled: AsyncGenerator[bytes, None] | None = None  # chunks(), made only for a door that pulls
 
     def _gaps_of(self, answer: Answer) -> Buckets | None:
         """The histogram of chunk gaps: upstream streams only (an answer the gateway made comes whole)."""
         return self._seen.inter_token(answer.model, answer.source) if answer.first_byte_at is not None else None
 
-    def _deliver(self, chunk: bytes) -> bool:
+    def deliver(self, chunk: bytes) -> bool:
         """See one chunk (usage, the tail, the gap since the last one, the cache and resume copies) and
         send it on; True when the client's buffer is full. The one per-event path of both ways."""
         # find(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int and formats a
@@ -87,11 +89,11 @@ class ChatStreamRelay(PulledRelay):
             self._previous = now
         return self._sink.send(chunk)
 
-    def _check_complete(self) -> None:
+    def check_complete(self) -> None:
         if (self._before[-16:] + self._tail[-16:]).find(b"[DONE]") < 0:
             raise UpstreamProtocolError(f"upstream {self._answer.source} ended the stream without [DONE]")
 
-    async def _broke(self, exc: SitsError) -> bytes:
+    async def broke(self, exc: SitsError) -> bytes:
         """After a failure: the bytes to send on (an SSE comment marking the splice, and `_answer` now the
         resumed answer), or b"" when the stream cannot go on (the error event is then sent and recorded)."""
         resumed = None
@@ -109,7 +111,7 @@ class ChatStreamRelay(PulledRelay):
         # An SSE comment: clients skip it, a person reading the wire sees the splice.
         return f": sits resumed the answer on {resumed.source} after {exc.code}\n\n".encode()
 
-    def _end(self, status: int) -> None:
+    def end(self, status: int) -> None:
         answer = self._answer
         tenant = self._seen.tenant
         if tenant is not None and not self._last and self._sent:  # no usage event: the key's spend is counted
@@ -128,12 +130,12 @@ class ChatStreamRelay(PulledRelay):
                 answer = self._answer
                 sink.on_drained = answer.resume_reading
                 try:
-                    await answer.push(self._deliver, self._include_usage)
-                    self._check_complete()
+                    await answer.push(self.deliver, self._include_usage)
+                    self.check_complete()
                     status = 200
                     return
                 except SitsError as exc:
-                    splice = await self._broke(exc)
+                    splice = await self.broke(exc)
                     if not splice:
                         status = exc.http_status
                         sink.send(_error_event(answer, exc))
@@ -141,31 +143,22 @@ class ChatStreamRelay(PulledRelay):
                     sink.send(splice)
         finally:
             sink.on_drained = None
-            self._end(status)
+            self.end(status)
 
-    async def chunks(self) -> AsyncGenerator[bytes, None]:
-        status = 499
-        sink = self._sink = PulledSink()
-        try:
-            while True:
-                answer = self._answer
-                try:
-                    async for chunk in answer.chunks(self._include_usage):
-                        self._deliver(chunk)
-                        if sink.chunk:
-                            yield sink.take()
-                    self._check_complete()
-                    status = 200
-                    return
-                except SitsError as exc:
-                    splice = await self._broke(exc)
-                    if not splice:
-                        status = exc.http_status
-                        yield _error_event(answer, exc)
-                        return
-                    yield splice
-        finally:
-            self._end(status)
+    @property
+    def answer(self) -> Answer:
+        """The answer being relayed: the resumed one after a splice."""
+        return self._answer
+
+    def pull_into(self, sink: PulledSink) -> None:
+        self._sink = sink
+
+    def error_event(self, exc: SitsError) -> bytes:
+        """The SSE error event that ends the stream after `exc` (when `broke` could not go on)."""
+        return _error_event(self._answer, exc)
+
+    def chunks(self) -> AsyncGenerator[bytes, None]:
+        return pulled_relays.chat_chunks(self, self._include_usage)
 
 
 _PULLED = PulledSink()  # until push() or chunks() puts their own sink in

@@ -4,7 +4,7 @@ routing request with what scheduling needs to know."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sits.api.auth import bearer_token
@@ -41,7 +41,7 @@ class RequestIntake:
         return priority, scope
 
     @staticmethod
-    def routing(api: str, schema: BodySchema[Any], body: dict[str, Any], stream: bool, request: HttpRequest,
+    def routing(api: str, schema: BodySchema[Any], body: Mapping[str, Any], stream: bool, request: HttpRequest,
                 request_id: str, prompt_text: str, priority: int, scope: str,
                 trace: Trace, passthrough: Passthrough | None = None) -> RoutingRequest:
         """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed. `passthrough`:

@@ -99,7 +99,7 @@ class SurfacePath:
         (`api/translated_stream_relay.py`); a failure mid-stream ends the stream with the surface's own
         error event. `on_complete` runs once the stream ended well, before its last events are sent."""
         answer, seen, prompt = started
-        return TranslatedStreamRelay(answer, seen, prompt, translator, self._director, on_complete)
+        return TranslatedStreamRelay(answer, seen, prompt, translator, self._director.remember, on_complete)
 
     async def read_passthrough(self, started: Started) -> tuple[bytes, Any]:
         """A passed-through answer: its bytes as they came, and parsed (None when it is not JSON),
@@ -133,7 +133,7 @@ class SurfacePath:
         def usage() -> bytes:
             return _usage_event(tap.response.get("usage") if tap.response is not None else None)
 
-        return TranslatedStreamRelay(answer, seen, prompt, stream, self._director,
+        return TranslatedStreamRelay(answer, seen, prompt, stream, self._director.remember,
                                      stored if on_complete is not None else None, chat=False, raw_usage=usage,
                                      missing_end="closing the response")
 

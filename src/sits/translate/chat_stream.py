@@ -28,7 +28,7 @@ from sits.translate.sse import DONE, MAX_LINE
 
 
 class ToolDelta(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # the wire's name; a tool delta is never searched as a tuple
     id: str | None
     name: str | None
     arguments: str  # the next piece of the JSON arguments

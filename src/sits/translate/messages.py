@@ -219,7 +219,7 @@ def message_object(completion: Any, message_id: str, model: str, stop_sequences:
             or not completion["choices"] or not isinstance(completion["choices"][0], dict):
         raise InvalidRequest("the model's answer is not a chat completion", param="model")
     choice = completion["choices"][0]
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    message: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
     content: list[dict[str, Any]] = []
     reasoning = message.get("reasoning_content")
     if isinstance(message.get("thinking_blocks"), list):

@@ -291,15 +291,15 @@ def from_chat_completion(completion: Any, response_id: str, created: int, reques
             or not completion["choices"] or not isinstance(completion["choices"][0], dict):
         raise InvalidRequest("the model's answer is not a chat completion", param="model")
     choice = completion["choices"][0]
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-    text = message.get("content") if isinstance(message.get("content"), str) else ""
+    message: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
+    text: str = message["content"] if isinstance(message.get("content"), str) else ""
     calls = []
     for i, call in enumerate(message.get("tool_calls") or ()):
         function = call.get("function") or {}
         calls.append((str(call.get("id") or f"call_{i}"), str(function.get("name", "")),
                       str(function.get("arguments", ""))))
     finish = choice.get("finish_reason")
-    model = completion.get("model") if isinstance(completion.get("model"), str) else request["model"]
+    model: str = completion["model"] if isinstance(completion.get("model"), str) else request["model"]
     obj = response_object(response_id, created, model, request, status_of(finish),
                           output_items(text, calls, response_id), completion.get("usage") or {}, finish)
     return obj, assistant_message(text, calls)

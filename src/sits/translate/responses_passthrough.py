@@ -70,7 +70,8 @@ def _text(content: Any) -> str:
 
 def said(response: dict[str, Any]) -> dict[str, Any]:
     """The response's output (messages' text, function calls) as one assistant chat message."""
-    text, calls = [], []
+    text: list[str] = []
+    calls: list[tuple[str, str, str]] = []
     for item in response.get("output") or ():
         if not isinstance(item, dict):
             continue
@@ -174,6 +175,6 @@ def _error_message(payload: Any, response: Any) -> str:
 
 
 def failed_event(response_id: str | None, message: str, code: str) -> bytes:
-    response = {"id": response_id, "object": "response", "status": "failed", "output": [],
+    response: dict[str, Any] = {"id": response_id, "object": "response", "status": "failed", "output": [],
                 "error": {"code": code, "message": message}}
     return b"event: response.failed\ndata: " + orjson.dumps({"type": "response.failed", "response": response}) + b"\n\n"

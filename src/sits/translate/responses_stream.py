@@ -124,10 +124,10 @@ class ResponsesStream:
         return out
 
     def _text_pieces(self, pieces: list[bytes], out: list[bytes]) -> None:
-        if self._text is None:
-            self._open_message(out)
-            assert self._text is not None
-        self._text += pieces
+        text = self._text
+        if text is None:
+            text = self._open_message(out)
+        text += pieces
         sequence = self._sequence
         self._sequence = sequence + len(pieces)
         # formatted by C-level calls, no Python frame per piece
@@ -160,8 +160,10 @@ class ResponsesStream:
         if delta.usage is not None:
             self._usage = delta.usage
 
-    def _open_message(self, out: list[bytes]) -> None:
-        self._text = []
+    def _open_message(self, out: list[bytes]) -> list[bytes]:
+        """Opens the message item (its added events into `out`); its text pieces, empty."""
+        text: list[bytes] = []
+        self._text = text
         index = self._message_index = len(self._output)
         self._text_delta = _TEXT_DELTA % (self._message_id, index)
         item = _MESSAGE_OPEN % self._message_id
@@ -169,6 +171,7 @@ class ResponsesStream:
         sequence = self._sequence
         self._sequence += 2
         out.append(_ITEM_ADDED % (sequence, index, item) + _PART_ADDED % (sequence + 1, self._message_id, index))
+        return text
 
     def _close_message(self, out: list[bytes]) -> None:
         if self._text is None or self._message_done:

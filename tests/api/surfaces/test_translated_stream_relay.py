@@ -12,11 +12,18 @@ from typing import Any
 import orjson
 import pytest
 
+from sits.api.request_observer import Observation, RequestObserver
 from sits.api.translated_stream_relay import TranslatedStreamRelay
 from sits.errors import SitsError, UpstreamProtocolError
+from sits.state.routing_table import RoutingTable
+from sits.telemetry.config import LogsConfig
+from sits.telemetry.decision_log import DecisionLog
+from sits.telemetry.metrics import NoMetrics
+from sits.telemetry.tracing import NO_TRACE, Tracing, TracingSettings
 from sits.translate.messages_stream import MessagesStream
 from sits.translate.responses_passthrough import PassthroughStream
 from sits.translate.responses_stream import ResponsesStream
+from sits.translate.sse import MAX_LINE
 from tests.conftest import one_model_config, read_slowly
 
 
@@ -73,13 +80,17 @@ class PushedAnswer:
 
 
 class Observed:
-    """What the relay records through the request's observation."""
+    """A request's real observation, and what it recorded: the recent-decisions log's entries."""
 
     def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
+        self._decisions = DecisionLog(8)
+        observer = RequestObserver(NoMetrics(), Tracing(TracingSettings()), self._decisions, LogsConfig(),
+                                   table=lambda: RoutingTable({}))
+        self.observation = Observation(observer, "/responses", "req-1", "m1", 0.0, NO_TRACE)
 
-    def served(self, *args: Any, **kwargs: Any) -> None:
-        self.calls.append(kwargs)
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return self._decisions.recent(8)
 
 
 class Sink:
@@ -93,10 +104,14 @@ class Sink:
         return False
 
 
+def never_remembered(answer: Any, completion: Any) -> None:
+    raise AssertionError("an answer with no cache key is not kept for the cache steps")
+
+
 def relay_of(answer: PushedAnswer, translator: Any, on_complete: Any = None,
              **options: Any) -> tuple[TranslatedStreamRelay, Observed]:
     seen = Observed()
-    relay = TranslatedStreamRelay(answer, seen, "hi", translator, None, on_complete, **options)  # type: ignore[arg-type]
+    relay = TranslatedStreamRelay(answer, seen.observation, "hi", translator, never_remembered, on_complete, **options)
     return relay, seen
 
 
@@ -166,17 +181,14 @@ async def test_a_stream_that_breaks_ends_with_the_surfaces_error_event_and_store
 
 
 async def test_a_chunk_that_does_not_translate_ends_a_pushed_stream_with_the_error_event():
-    class Refusing(MessagesStream):
-        def feed(self, chunk: bytes) -> list[bytes]:
-            if b'"lo"' in chunk:
-                raise UpstreamProtocolError("upstream m1/ep-0 sent an event the relay cannot read")
-            return super().feed(chunk)
-    answer = PushedAnswer(chat_chunks(["Hel", "lo", "never"]))
-    relay, seen = relay_of(answer, Refusing("msg_1", "m1"))
+    hel, lo, never = chat_chunks(["Hel", "lo", "never"])[1:4]
+    endless = b"data: " + b"x" * (MAX_LINE + 1)  # an event with no end in sight: the reader gives up on it
+    answer = PushedAnswer([chat_chunks([])[0], hel, endless, lo, never])
+    relay, seen = relay_of(answer, MessagesStream("msg_1", "m1"))
     body = await pushed(relay)
     names = event_names(body)
-    assert names[-1] == "error" and "message_stop" not in names and b"never" not in body
-    assert seen.calls[0]["status"] == 502
+    assert names[-1] == "error" and "message_stop" not in names and b"never" not in body and b'"lo"' not in body
+    assert b"over" in body.split(b"event: error")[-1] and seen.calls[0]["status"] == 502
 
 
 async def test_a_client_reading_slowly_gets_a_long_translated_stream_whole_and_in_order(upstream, start_gateway):
