@@ -3,31 +3,44 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
 Headers = list[tuple[bytes, bytes]]
 
+# Plain classes with their own __init__, not dataclasses: one of each is made per request, and compiled,
+# a dataclass's generated __init__ still runs as Python (several times a plain class's cost).
 
-@dataclass(slots=True)
+
 class HttpRequest:
     """One parsed request. Header names are lower-case; the body is complete."""
 
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
+    __slots__ = ("method", "path", "query", "headers", "body")
+
+    def __init__(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"HttpRequest({self.method} {self.path}, {len(self.body)} bytes)"
 
 
-@dataclass(slots=True)
 class HttpResponse:
     """A response whose body is known up front (sent with content-length)."""
 
-    status: int
-    body: bytes = b""
-    content_type: bytes = b"application/json"
-    headers: Headers = field(default_factory=list)
+    __slots__ = ("status", "body", "content_type", "headers")
+
+    def __init__(self, status: int, body: bytes = b"", content_type: bytes = b"application/json",
+                 headers: Headers | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers: Headers = [] if headers is None else headers
+
+    def __repr__(self) -> str:
+        return f"HttpResponse({self.status}, {len(self.body)} bytes)"
 
 
 class ChunkSink(Protocol):
@@ -42,7 +55,6 @@ class ChunkSink(Protocol):
         ...
 
 
-@dataclass(slots=True)
 class StreamingResponse:
     """A response relayed chunk by chunk (sent with chunked transfer-encoding).
 
@@ -53,11 +65,15 @@ class StreamingResponse:
     away). A server uses one of the two, never both.
     """
 
-    status: int
-    chunks: AsyncIterable[bytes]
-    content_type: bytes = b"text/event-stream"
-    headers: Headers = field(default_factory=list)
-    push: Callable[[ChunkSink], Awaitable[None]] | None = None
+    __slots__ = ("status", "chunks", "content_type", "headers", "push")
+
+    def __init__(self, status: int, chunks: AsyncIterable[bytes], content_type: bytes = b"text/event-stream",
+                 headers: Headers | None = None, push: Callable[[ChunkSink], Awaitable[None]] | None = None) -> None:
+        self.status = status
+        self.chunks = chunks
+        self.content_type = content_type
+        self.headers: Headers = [] if headers is None else headers
+        self.push = push
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse | StreamingResponse]]

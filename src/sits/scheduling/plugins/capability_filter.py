@@ -4,12 +4,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from sits.scheduling.params import PluginParams
+from sits.scheduling.plugins.filter_params import CapabilityFilterParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
-
-
-class CapabilityFilterParams(PluginParams):
-    undeclared_is_capable: bool = True  # an endpoint whose model declares no features is assumed able
 
 
 class CapabilityFilter:

@@ -2,12 +2,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import ClassVar
 
-from typing import Annotated, ClassVar
-
-from pydantic import Field
-
-from sits.scheduling.params import PluginParams
+from sits.scheduling.plugins.filter_params import ContextWindowFilterParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
 
 
@@ -16,11 +13,6 @@ from sits.scheduling.types import EndpointView, SchedulingRequest
 # prompt is counted exactly (far dearer per KB than the estimate). len/4 is right for English prose but
 # digits, code and CJK text take 2-4x the tokens, which the estimate alone would let through.
 EXACT_COUNT_BAND = 0.2
-
-
-class ContextWindowFilterParams(PluginParams):
-    # completion tokens to reserve when the request gives no max_tokens
-    default_completion_tokens: Annotated[int, Field(ge=0)] = 0
 
 
 class ContextWindowFilter:

@@ -5,13 +5,8 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import ClassVar
 
-from sits.scheduling.params import PluginParams
+from sits.scheduling.plugins.filter_params import HealthyFilterParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
-
-
-class HealthyFilterParams(PluginParams):
-    max_error_rate: float = 1.0  # an endpoint failing more often than this counts as unhealthy
-    fail_open: bool = True  # if none is healthy, keep all: a guess beats a certain failure
 
 
 class HealthyFilter:

@@ -3,18 +3,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from operator import attrgetter
+from typing import ClassVar
 
-from typing import Annotated, ClassVar
-
-from pydantic import Field
-
-from sits.scheduling.params import PluginParams
+from sits.scheduling.plugins.filter_params import SlaFilterParams
 from sits.scheduling.types import EndpointView, SchedulingRequest
-
-
-class SlaFilterParams(PluginParams):
-    default_sla_ms: Annotated[float | None, Field(gt=0)] = None  # when neither request nor model sets one
-    fail_open: bool = True  # if no endpoint meets the SLA, keep all: late beats never
 
 
 class SlaFilter:
