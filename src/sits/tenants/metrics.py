@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.metrics import BoundedLabels, Tally
@@ -31,7 +30,10 @@ class _Series:
         self.output, self.reasoning = (team, model, "output"), (team, model, "reasoning")
 
 
-class TenantMetrics(Collector):
+class TenantMetrics:
+    """A Prometheus collector by its `collect()` (registered on the gateway's registry), not by inheritance:
+    the module is compiled, and a compiled class subclasses no third-party class (docs/hot-path.md)."""
+
     def __init__(self, limiter_mode: Callable[[], str], redis_losses: Callable[[], int],
                  max_teams: int = 100, max_models: int = 256) -> None:
         self._team = BoundedLabels(max_teams)
