@@ -108,11 +108,25 @@ async def serving_two_workers(args: list[str], data_dir: Path) -> AsyncIterator[
     )
     try:
         await wait_ready(port)
+        # /readyz answers from whichever worker listens first; the tests need both (SO_REUSEPORT then
+        # spreads fresh connections), and each worker says so on stdout once it serves.
+        await asyncio.wait_for(asyncio.to_thread(_ready_lines, proc, 2), timeout=45)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGTERM)
         returncode = await asyncio.to_thread(proc.wait, 30)
     assert returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+def _ready_lines(proc: subprocess.Popen[bytes], workers: int) -> None:
+    """Read the gateway's stdout until `workers` of its workers said they are ready."""
+    assert proc.stdout is not None
+    ready = 0
+    while ready < workers:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the gateway exited before every worker was ready")
+        ready += line.startswith(b"sits ready on http://")
 
 
 def fresh_connections() -> aiohttp.ClientSession:
