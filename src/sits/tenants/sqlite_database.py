@@ -28,6 +28,21 @@ def _sqlite(sql: str) -> str:
     return _PLACEHOLDER.sub(r"?\1", sql)
 
 
+def _into_wal(db: sqlite3.Connection) -> None:
+    """Switch to WAL, retried while another process holds the file: SQLite answers the switch with
+    "database is locked" at once, without its busy handler (that wait could deadlock), when several
+    processes open a new file together (the first start of `--workers N`)."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 class SqliteDatabase:
     dialect = "sqlite"
 
@@ -42,7 +57,7 @@ class SqliteDatabase:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                  timeout=_BUSY_TIMEOUT_MS / 1000)
             db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode=WAL")
+            _into_wal(db)
             db.execute("PRAGMA synchronous=FULL")  # a committed key or spend batch survives a power loss
             db.execute("PRAGMA foreign_keys=ON")
             self._db = db
