@@ -30,7 +30,7 @@ ALLOWED = {
 }
 # Top-level modules: the composition root and the entry points above every layer.
 TOP_LEVEL = {
-    "__init__": {"hot_path"}, "__main__": {"cli"}, "errors": set(), "settings": set(),
+    "__init__": {"hot_path"}, "__main__": {"cli"}, "errors": set(), "settings": set(), "tuples": set(),
     "hot_path": set(),  # which build of the compiled modules loads (docs/hot-path.md)
     "app": {"api", "backends", "configuration", "control", "hot_path", "tenant_parts", "pipeline", "runtime", "scheduling", "settings", "state", "telemetry",
             "tenants", "understanding"},
@@ -39,7 +39,7 @@ TOP_LEVEL = {
     "serve": {"app", "backends", "configuration", "control", "runtime", "settings", "telemetry"},
 }
 ENTRY_POINTS = "cli"  # the command line package may import anything
-SHARED = {"errors"}  # the one exception tree, importable everywhere
+SHARED = {"errors", "tuples"}  # the one exception tree and the named-tuple builder, importable everywhere
 
 
 def sits_imports(path: Path) -> set[str]:

@@ -19,7 +19,7 @@ import orjson
 
 from sits.api.auth import AdminGuard
 from sits.api.http_types import HttpRequest, HttpResponse
-from sits.api.schemas import parse_body
+from sits.api.body_schema import parse_body
 from sits.control.adapters.registry import AdapterRecord, AdapterRegistry
 from sits.control.adapters.schemas import AdapterActivation, AdapterRegistration
 from sits.errors import NotFound

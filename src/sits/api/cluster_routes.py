@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sits.api.auth import AdminGuard
 from sits.api.dispatch import Route
 from sits.api.http_types import HttpRequest, HttpResponse
-from sits.api.schemas import parse_body
+from sits.api.body_schema import parse_body
 from sits.control.cluster_node import ClusterNode
 from sits.control.registration import Name
 from sits.errors import InvalidRequest, NotFound

@@ -14,7 +14,7 @@ import orjson
 
 from sits.api.auth import AdminGuard
 from sits.api.http_types import HttpRequest, HttpResponse
-from sits.api.schemas import parse_body
+from sits.api.body_schema import parse_body
 from sits.control.registration import EndpointRegistration, ModelRegistration, ModelUpdate
 from sits.control.registry import Change, Registry
 from sits.control.registry_records import ModelRecord

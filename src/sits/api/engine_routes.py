@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sits.api.auth import AdminGuard
 from sits.api.http_types import HttpRequest, HttpResponse
-from sits.api.schemas import parse_body
+from sits.api.body_schema import parse_body
 from sits.control.engine_residency import EngineResidency
 
 SWITCH = "/v1/engines/switch"

@@ -14,7 +14,8 @@ from sits.api.request_observer import UNKNOWN_MODEL, RequestObserver
 from sits.api.request_intake import RequestIntake
 from sits.api.tenant_gate import HttpTenantGate
 from sits.api.body_fields import asking_usage, include_usage
-from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema
+from sits.api.body_schema import BodySchema
+from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING
 from sits.errors import SitsError
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cached_response import completion_from_json

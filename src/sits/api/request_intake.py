@@ -10,12 +10,13 @@ from typing import Any
 from sits.api.auth import bearer_token
 from sits.api.http_types import HttpRequest
 from sits.api.body_fields import max_tokens_of, sla_ms_of
-from sits.api.schemas import BodySchema
+from sits.api.body_schema import BodySchema
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_keys import cache_scope
 from sits.pipeline.context import Passthrough, RoutingRequest
 from sits.pipeline.director import Director
 from sits.telemetry.tracing import Trace
+from sits.tuples import new_tuple
 
 
 class RequestIntake:
@@ -46,6 +47,7 @@ class RequestIntake:
                 trace: Trace, passthrough: Passthrough | None = None) -> RoutingRequest:
         """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed. `passthrough`:
         the client's Responses body, for endpoints that declare the Responses API."""
-        # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
-        return RoutingRequest(api, body["model"], stream, request_id, prompt_text, priority, None, scope, trace,
-                              schema.needs(body), max_tokens_of(body), sla_ms_of(request.headers), passthrough)
+        # Every field, in order, without the named tuple's own __new__ (sits/tuples.py): built on every request.
+        return new_tuple(RoutingRequest, (api, body["model"], stream, request_id, prompt_text, priority, None, scope,
+                                          trace, schema.needs(body), max_tokens_of(body), sla_ms_of(request.headers),
+                                          passthrough))

@@ -7,20 +7,16 @@ wrong type gets a 422 that names the field, before any upstream is called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter,
-                      ValidationError, with_config)
+from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, with_config
 from typing_extensions import NotRequired, TypedDict
 
-from sits.api.body_fields import NO_NEEDS, chat_needs, chat_prompt_text, completion_prompt_text
-from sits.errors import ClientError, InvalidRequest, UnprocessableRequest
+from sits.api.body_fields import chat_needs, chat_prompt_text, completion_prompt_text
+from sits.api.body_schema import BodySchema
 
 Number = StrictFloat  # strict floats still accept ints
 TokenIds = list[StrictInt]
-T = TypeVar("T", bound=BaseModel)
-B = TypeVar("B", bound=Mapping[str, Any])
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -82,76 +78,6 @@ class EmbeddingBody(TypedDict):
     user: NotRequired[StrictStr | None]
 
 
-class BodySchema(Generic[B]):
-    """A data-plane body validated into a plain dict (typed by a TypedDict).
-
-    Plain dicts rather than pydantic models: the gateway reads a few keys, and building a model instance
-    costs more on every request (figures: bench/README.md, "measured")."""
-
-    def __init__(self, typed: type[B], prompt_text: Callable[[B], str],
-                 needs: Callable[[B], frozenset[str]] = lambda body: NO_NEEDS) -> None:
-        self._adapter: TypeAdapter[B] = TypeAdapter(typed)
-        self.known = typed.__required_keys__ | typed.__optional_keys__
-        self._required = len(typed.__required_keys__)
-        self.prompt_text = prompt_text
-        self.needs = needs  # what the request needs of a model (the scheduler's capability filter)
-
-    def parse(self, body: bytes) -> B:
-        """Validate a JSON body; raise a ClientError naming the first offending field."""
-        if not body:
-            raise InvalidRequest("request body is empty; expected a JSON object", param="body")
-        try:
-            return self._adapter.validate_json(body)
-        except ValidationError as exc:
-            raise _client_error(exc) from None
-
-    def unknown_fields(self, body: Mapping[str, Any]) -> list[str]:
-        """Fields SITS does not declare (forwarded unchanged)."""
-        # A valid body with no more fields than the required ones has only those.
-        return [name for name in body if name not in self.known] if len(body) > self._required else []
-
-
 CHAT_COMPLETION = BodySchema(ChatCompletionBody, chat_prompt_text, chat_needs)
 COMPLETION = BodySchema(CompletionBody, completion_prompt_text)
 EMBEDDING = BodySchema(EmbeddingBody, lambda body: "")
-
-
-def parse_body(schema: type[T], body: bytes) -> T:
-    """Validate a JSON body; raise a ClientError naming the first offending field."""
-    if not body:
-        raise InvalidRequest("request body is empty; expected a JSON object", param="body")
-    try:
-        return schema.model_validate_json(body)
-    except ValidationError as exc:
-        raise _client_error(exc) from None
-
-
-def _client_error(exc: ValidationError) -> ClientError:
-    first = exc.errors(include_url=False)[0]
-    kind, loc, msg = first["type"], first["loc"], first["msg"]
-    if kind == "json_invalid":
-        return InvalidRequest(f"request body is not valid JSON: {first.get('ctx', {}).get('error', msg)}",
-                              param="body", code="invalid_json")
-    if not loc and kind in ("model_type", "model_attributes_type", "dataclass_type", "dict_type"):
-        return InvalidRequest("request body must be a JSON object", param="body", code="invalid_json")
-    if not loc:
-        return UnprocessableRequest(str(msg).removeprefix("Value error, "), param=None, code="invalid_value")
-    param = _param_path(loc)
-    if kind == "extra_forbidden":
-        return UnprocessableRequest(f"unknown field '{param}'", param=param, code="unknown_parameter")
-    if kind == "missing":
-        return UnprocessableRequest(f"missing required field '{param}'", param=param, code="missing_required_parameter")
-    return UnprocessableRequest(f"invalid value for '{param}': {msg}", param=param, code="invalid_type")
-
-
-def _param_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in ("str", "list[dict[str,any]]", "list[int]", "list[str]", "list[list[int]]", "int", "float",
-                      "function-after[str]") or "[" in part or part.startswith("constrained"):
-            continue  # union-branch labels pydantic inserts: not a field name
-        else:
-            path += f".{part}" if path else part
-    return path

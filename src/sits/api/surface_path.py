@@ -28,6 +28,7 @@ from sits.pipeline.context import Passthrough
 from sits.pipeline.director import Director
 from sits.translate.responses_passthrough import PassthroughStream
 from sits.translate.usage import chat_usage_from_responses
+from sits.tuples import new_tuple
 
 
 def passed_through(answer: Answer) -> bool:
@@ -78,7 +79,7 @@ class SurfacePath:
         except SitsError as exc:
             seen.failed(exc, prompt)
             raise
-        return Started(answer, seen, prompt)
+        return new_tuple(Started, (answer, seen, prompt))
 
     async def read(self, started: Started) -> Any:
         """The whole answer as a parsed chat completion, recorded as the chat door records it."""

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sits.api.auth import AdminGuard
 from sits.api.http_types import HttpRequest, HttpResponse
 from sits.api.live_snapshot import LiveSnapshot
-from sits.api.schemas import parse_body
+from sits.api.body_schema import parse_body
 from sits.errors import InvalidRequest, NotFound
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.live_state import LiveStateCollector

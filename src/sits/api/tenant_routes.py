@@ -28,7 +28,7 @@ import orjson
 from sits.api.auth import AdminGuard, bearer_token
 from sits.api.dispatch import Route
 from sits.api.http_types import HttpRequest, HttpResponse
-from sits.api.schemas import parse_body
+from sits.api.body_schema import parse_body
 from sits.api.tenant_schemas import KeyCreate, KeyRevocation, KeyRotation, KeyUpdate, TeamCreate, TeamUpdate
 from sits.errors import Forbidden, InvalidRequest, NotFound, Unauthorized, UnprocessableRequest
 from sits.tenants import codec

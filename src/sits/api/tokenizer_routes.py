@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sits.api.auth import AdminGuard
 from sits.api.http_types import HttpRequest, HttpResponse
-from sits.api.schemas import parse_body
+from sits.api.body_schema import parse_body
 from sits.errors import ModelNotFound, UnprocessableRequest
 from sits.state.routing_table import RoutingTable
 from sits.understanding.tokenizers.catalog import TokenizerCatalog

@@ -10,6 +10,7 @@ from sits.pipeline.priority import CLASSES, priority_rules
 from sits.state.admission_config import AdmissionConfig
 from sits.state.concurrency_limit import EndpointLimits, LatencySample
 from sits.state.routing_table import RoutingTable
+from sits.tuples import new_tuple
 
 
 class Admission:
@@ -51,5 +52,5 @@ class Admission:
         """`in_flight`: on that endpoint when the request was sent, this one included."""
         limiter = self.limits.get(endpoint_id)
         before = limiter.limit
-        if limiter.update(LatencySample(rtt_s, in_flight, dropped, now)) != before:
+        if limiter.update(new_tuple(LatencySample, (rtt_s, in_flight, dropped, now))) != before:
             self._totals.clear()

@@ -68,7 +68,8 @@ class ModelResolver:
     @staticmethod
     def named(table: RoutingTable, request: RoutingRequest) -> ModelEntry | None:
         """The common case, synchronously and with nothing allocated: a model or alias the client named."""
-        return table.resolve(request.model)
+        name = request.model
+        return table.models.get(name) or table.resolve(name)  # a model's own name, without a call first
 
     async def resolve(self, table: RoutingTable, request: RoutingRequest) -> ModelEntry | Resolution:
         """Everything else, once `named` found nothing: a workflow, an adapter variant (the model itself)

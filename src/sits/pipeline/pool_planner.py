@@ -29,8 +29,10 @@ from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
 from sits.state.endpoint_stats import StatsStore
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
+from sits.tuples import new_tuple
 from sits.understanding.tier_rule import nearest_tiers
 
+NO_ADAPTERS: frozenset[str] = frozenset()
 DEFAULT_ENDPOINT_CAPACITY = 4  # requests an endpoint takes at once, for a tier's load, when nothing says
 Allowed = Callable[[Endpoint], bool]
 _HEALTHY = attrgetter("healthy")
@@ -63,14 +65,15 @@ class PoolPlanner:
             engine = s.engine
             if limits is not None and engine is not None:
                 limits.get(e.id).observe_engine(engine)  # engine queue / KV-cache pressure caps the limit
-            # Positional, in field order: keywords cost a named tuple's constructor more, on every request.
-            views.append(EndpointView(
+            # Every field, in order, without the named tuple's own __new__ (sits/tuples.py): one per endpoint
+            # per request.
+            views.append(new_tuple(EndpointView, (
                 e.id, e.model, e.weight, available(e.id, now) and allows(e.id, now), s.in_flight, s.latency_ewma_s,
                 s.latency_p95_s, s.latency_peak_ewma_s, s.ttft_ewma_s, s.error_rate, s.qps,
                 (engine.waiting or 0) if engine else 0, engine.kv_cache_usage if engine else None,
                 engine.memory_usage if engine else None,
                 s.dynamic_weight, features, context_window, tier, price, sla_ms,
-            ))
+            )))
         return views
 
     def model(self, model: ModelEntry, request: RoutingRequest, now: float, allowed: Allowed | None = None,
@@ -79,10 +82,11 @@ class PoolPlanner:
         views = self.views(model, now, allowed)
         if not any(map(_HEALTHY, views)):
             return Plan(model, (), kind)
-        # The prefix hash only ranks endpoints against each other: one endpoint needs none.
-        wanted = SchedulingRequest(model.name, request.api, request.stream, len(request.prompt_text) // 4,
-                                   request.max_tokens, request.needs, request.sla_ms,
-                                   prefix_hash=prefix_hash(request.prompt_text) if len(views) > 1 else None)
+        # The prefix hash only ranks endpoints against each other: one endpoint needs none. Every field, in
+        # order, without the named tuple's own __new__ (sits/tuples.py).
+        wanted = new_tuple(SchedulingRequest, (
+            model.name, request.api, request.stream, len(request.prompt_text) // 4, request.max_tokens, request.needs,
+            request.sla_ms, None, prefix_hash(request.prompt_text) if len(views) > 1 else None, NO_ADAPTERS, None))
         hints = self._hints
         if hints is not None:
             wanted = hints.hinted(model, request.prompt_text, wanted)
@@ -93,9 +97,9 @@ class PoolPlanner:
         if not candidates:
             return Plan(model, (), kind, rejection(model, wanted, decision), decision)
         if len(model.endpoints) == 1:  # views were built from these endpoints: the one candidate is it
-            return Plan(model, model.endpoints, kind, None, decision)
+            return new_tuple(Plan, (model, model.endpoints, kind, None, decision, None))
         by_id = {e.id: e for e in model.endpoints}
-        return Plan(model, tuple(by_id[v.id] for v in candidates), kind, None, decision)
+        return new_tuple(Plan, (model, tuple(by_id[v.id] for v in candidates), kind, None, decision, None))
 
     def tier_ranking(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
                      allowed: Allowed | None = None, first_kind: PlanKind = "primary") -> list[Plan]:

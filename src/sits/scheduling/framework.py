@@ -17,6 +17,7 @@ from sits.scheduling.candidate_sample import CandidateSample
 from sits.scheduling.filtering import SAMPLE_EMPTY, filter_all, filter_strict
 from sits.scheduling.metrics import NO_SCHEDULING_METRICS, SchedulingMetrics
 from sits.scheduling.types import EndpointView, SchedulingRequest
+from sits.tuples import new_tuple
 
 ONLY_ENDPOINT = "only endpoint"  # a decision's reason when the pool was one endpoint
 DEFAULT_PICK_LIMIT = 3  # the director tries at most this many endpoints (connect-error failover)
@@ -190,7 +191,7 @@ class Profile:
             return Decision((), self.name, f"no endpoint passed {emptied}", rejected_by=emptied)
         if len(remaining) == 1:
             why = ONLY_ENDPOINT if len(endpoints) == 1 else "single candidate"
-            return Decision((remaining[0],), self.name, why, remaining)
+            return new_tuple(Decision, ((remaining[0],), self.name, why, remaining, (), (), (), None))
         n = len(remaining)
         timer = metrics.timer if timed else None
         totals: list[float] | None = None
@@ -240,7 +241,7 @@ class Profile:
         reason = self.picker.name if best is None else f"{self.picker.name} score {best:.3f} of {n}"
         if sampled_from:
             reason += f" sampled from {sampled_from}"
-        return Decision(tuple(ordered), self.name, reason, remaining, tuple(explained), totals)
+        return new_tuple(Decision, (tuple(ordered), self.name, reason, remaining, tuple(explained), totals, (), None))
 
 
 def _clamped(scores: Sequence[float]) -> list[float]:

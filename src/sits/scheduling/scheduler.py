@@ -20,6 +20,12 @@ class Scheduler:
     metrics: SchedulingMetrics = NO_SCHEDULING_METRICS
     # Shadows draw from their own RNG so that adding one never changes the primary's picks.
     shadow_rng: random.Random = field(default_factory=lambda: random.Random(0))
+    # A handler that can name one profile only is not asked per request (it could only answer that one).
+    _only: str | None = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = self.handler.profiles()
+        object.__setattr__(self, "_only", next(iter(names)) if len(names) == 1 else None)
 
     def schedule(
         self,
@@ -33,7 +39,7 @@ class Scheduler:
         Any number of endpoints, one included: the profile's hard filters (context window,
         capability, tier, ...) decide whether even an only endpoint may serve the request, and
         a filtered set of one skips scoring (reason "only endpoint")."""
-        primary = self.handler.choose(request, rng)
+        primary = self._only or self.handler.choose(request, rng)
         decision = self.profiles[primary].run(request, endpoints, rng, self.metrics, limit)
         if not self.shadows:
             return decision

@@ -39,6 +39,7 @@ from sits.tenants.records import (
     Usage,
     hash_key,
 )
+from sits.tuples import new_tuple
 
 log = logging.getLogger("sits.tenants")
 
@@ -90,7 +91,7 @@ class Ticket:
         free = endpoint in FREE_SOURCES
         usage = usage_from(raw_usage, counts) if raw_usage else None
         if usage is None and counts is not None:
-            usage = Usage(counts[0], 0, counts[1], 0)
+            usage = new_tuple(Usage, (counts[0], 0, counts[1], 0))
         if usage is None:
             if endpoint == "none" or free:
                 usage = _NO_USAGE  # no model ran
@@ -104,11 +105,11 @@ class Ticket:
         requested = self.model
         requested = table.aliases.get(requested, requested)
         key = self.key
-        # Positional, in field order: keywords cost a frozen record's constructor a good deal more per request.
-        gate._sink.record(SpendRecord(
+        # Every field, in order, without the named tuple's own __new__ (sits/tuples.py): one per request.
+        gate._sink.record(new_tuple(SpendRecord, (
             self.request_id, gate._wall(), key.key_id, key.team_id, self.user, model, endpoint, usage, cost,
             seconds * 1000.0, status, free,
-            requested != model and requested != AUTO and requested in table.models and not free))
+            requested != model and requested != AUTO and requested in table.models and not free)))
 
     def _unreported(self, model: str) -> Usage:
         """Usage for an answer that reported none: a stream's generated text counted with the model's

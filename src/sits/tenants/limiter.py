@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from sits.tenants.limit_scripts import BATCH, USAGE_LUA
 from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire
+from sits.tuples import new_tuple
 
 log = logging.getLogger("sits.tenants")
 
@@ -333,7 +334,7 @@ class Limiter:
             if future.done():
                 continue
             if answer == b"1":
-                future.set_result(tuple.__new__(Reservation, (plan, member, "redis", ())))
+                future.set_result(new_tuple(Reservation, (plan, member, "redis", ())))
             elif answer[0] == 49:  # "1,<budget values>"
                 budgets = [int(v) for v in answer[2:].split(b",")]
                 known = self._known_spent
@@ -341,7 +342,7 @@ class Limiter:
                     known.clear()
                 for check, spent in zip(plan.budgets, budgets, strict=False):
                     known[check.key] = spent + nano
-                future.set_result(tuple.__new__(Reservation, (plan, member, "redis", budgets)))
+                future.set_result(new_tuple(Reservation, (plan, member, "redis", budgets)))
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")
                 future.set_result(Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))

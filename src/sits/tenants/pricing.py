@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from sits.state.routing_table import ModelEntry, RoutingTable
 from sits.tenants.records import Price, Usage
+from sits.tuples import new_tuple
 
 FREE_SOURCES = frozenset({"cache", "static-template"})  # answered without calling a model
 _PER_TOKEN = 1e-6  # prices are per million tokens
@@ -44,7 +45,7 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     if at < 0:
         return None
     if counts is not None and payload.find(b'_details"', at) < 0:
-        return Usage(counts[0], 0, counts[1], 0)
+        return new_tuple(Usage, (counts[0], 0, counts[1], 0))
     prompt, completion = _PROMPT.search(payload, at), _COMPLETION.search(payload, at)
     if prompt is None and completion is None:
         return None

@@ -25,6 +25,7 @@ import orjson
 
 from sits.errors import UpstreamProtocolError
 from sits.translate.sse import DONE, MAX_LINE
+from sits.tuples import new_tuple
 
 
 class ToolDelta(NamedTuple):
@@ -58,7 +59,6 @@ _DONE_END = StreamEnd()
 _EMPTY: dict[str, Any] = {}
 _TEXT_KEY = b'"delta":{"content":"'  # where a text-only event's text starts, as chat servers write it
 _NEVER = b"\n\n"  # no complete event starts with this: matches nothing until a shape is learnt
-_new_delta = tuple.__new__  # a ChatDelta without the Python-level __new__ of a named tuple
 
 
 def text_piece(text: str) -> bytes:
@@ -89,7 +89,7 @@ def chunk_delta(event: dict[str, Any]) -> ChatDelta:
         stop = matched_stop(choice) if finish is not None else None
     except (AttributeError, TypeError, KeyError):
         return _NO_DELTA
-    return _new_delta(ChatDelta, (text if type(text) is str else "", reasoning if type(reasoning) is str else "",
+    return new_tuple(ChatDelta, (text if type(text) is str else "", reasoning if type(reasoning) is str else "",
                                   tools, None if finish is None else str(finish),
                                   usage if type(usage) is dict else None, model if type(model) is str else None, stop))
 

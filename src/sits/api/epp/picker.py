@@ -15,7 +15,8 @@ from sits.api.auth import DataPlaneKeys, bearer_token
 from sits.api.epp.protocol import address, subset_filter
 from sits.api.http_types import HttpRequest
 from sits.api.request_intake import RequestIntake
-from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING, BodySchema
+from sits.api.body_schema import BodySchema
+from sits.api.schemas import CHAT_COMPLETION, COMPLETION, EMBEDDING
 from sits.errors import InvalidRequest, Overloaded, PayloadTooLarge, SitsError
 from sits.pipeline.admission import Ticket
 from sits.pipeline.admission_step import Admission
