@@ -97,27 +97,24 @@ class Answer(Protocol):
 
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-# The order every OpenAI-compatible server here writes: one search instead of two.
+# Compact JSON in the order every OpenAI-compatible server here writes: matched where `"usage":` is.
+_COMPACT_USAGE = re.compile(rb'"usage":\{"prompt_tokens":(\d+),"completion_tokens":(\d+)[,}]')
+# The same order with any spacing: one search instead of two.
 _BOTH_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
 
 
 def usage_of(payload: bytes) -> tuple[int, int] | None:
     """(prompt_tokens, completion_tokens) from a JSON answer's `usage` object, if it has one.
 
-    Read by position in the compact form most servers write, else by regex search after `"usage":`;
+    Matched at the last `"usage":` in the compact form most servers write, else searched for after it;
     never by parsing the whole answer (the counts are plain integers in every OpenAI-compatible server's
     usage)."""
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
-    if payload.startswith(b'{"prompt_tokens":', at + 8):  # compact JSON, the usual order: no regex at all
-        start = at + 25
-        comma = payload.find(b",", start)
-        if comma > start and payload.startswith(b'"completion_tokens":', comma + 1):
-            end = _number_end(payload, comma + 21)
-            prompt_digits, completion_digits = payload[start:comma], payload[comma + 21:end]
-            if prompt_digits.isdigit() and completion_digits.isdigit():
-                return int(prompt_digits), int(completion_digits)
+    compact = _COMPACT_USAGE.match(payload, at)  # one match: each bytes method call costs about 800 instructions
+    if compact is not None:
+        return _digits(compact[1]), _digits(compact[2])
     both = _BOTH_TOKENS.search(payload, at)
     if both is not None:
         return int(both[1]), int(both[2])
@@ -128,12 +125,12 @@ def usage_of(payload: bytes) -> tuple[int, int] | None:
     return (int(prompt.group(1)) if prompt else 0, int(completion.group(1)) if completion else 0)
 
 
-def _number_end(payload: bytes, start: int) -> int:
-    """Where the JSON number at `start` ends: the next `,` or `}` (the payload's end if neither)."""
-    comma, brace = payload.find(b",", start), payload.find(b"}", start)
-    if comma < 0:
-        return brace if brace >= 0 else len(payload)
-    return comma if brace < 0 or comma < brace else brace
+def _digits(text: bytes) -> int:
+    """The ASCII digits `text` (a regex's `\\d+` over bytes) as an int: compiled, a loop costs less than int()."""
+    value = 0
+    for digit in text:
+        value = value * 10 + digit - 48
+    return value
 
 
 def stream_usage_of(tail: bytes) -> tuple[int, int] | None:
