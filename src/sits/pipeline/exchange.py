@@ -119,6 +119,7 @@ class Exchange:
             await response.push(guard.relay)
             ok = True
         finally:
+            guard.detach()
             self.close(ok)
 
     def resume_reading(self) -> None:

@@ -26,6 +26,11 @@ class SseGuard:
         """For `relay`: where checked chunks go, and who hears of a malformed one."""
         self._deliver, self._broken = deliver, broken
 
+    def detach(self) -> None:
+        """Forget the consumer once the stream ended: it holds the exchange that holds this guard, and
+        that cycle would otherwise leave every relayed stream to the cyclic garbage collector."""
+        self._deliver, self._broken = _unset, _unset_broken
+
     def relay(self, chunk: bytes) -> bool:
         """Check `chunk` and pass it on (a pushed stream's per-event path: one call, not two); a
         malformed chunk, or one its consumer refuses (SitsError), goes to `broken` instead, and the
