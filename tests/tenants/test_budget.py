@@ -139,3 +139,45 @@ async def test_with_ask_stream_usage_off_the_body_goes_as_sent_and_the_text_is_c
     assert "stream_options" not in usage_upstream.bodies[-1]
     record = (await spend.wait_for(1))[0]
     assert record.usage == Usage(11, 0, 3, 0)
+
+
+async def test_keyed_requests_and_streams_leave_nothing_for_the_cyclic_garbage_collector(usage_upstream,
+                                                                                        tenant_gateway):
+    """A keyed request (limits counted in Redis, a budget, a price) is freed by reference counting when
+    it ends, streamed or not: a cycle per request would leave it to the collector, whose passes pause
+    the gateway for milliseconds under load."""
+    import gc
+
+    import aiohttp
+
+    usage_upstream.usage.update(prompt_tokens=10, completion_tokens=3, total_tokens=13)
+    keys, spend = Keys(), Spend()
+    keys.add("sk-g", "key_g", budget=Budget("monthly", soft_usd=100.0))
+    gateway = await tenant_gateway(tenant_config(usage_upstream.url, price={"input": 3.0, "output": 15.0}), keys,
+                                   spend)
+    url = f"http://127.0.0.1:{gateway.bound_port}/v1/chat/completions"
+    per_request = {"ChatStreamRelay", "Exchange", "SseGuard", "UpstreamResponse", "Observation", "Ticket"}
+    async with aiohttp.ClientSession(headers={"authorization": "Bearer sk-g"}) as session:
+        async def requests(count: int) -> None:
+            for i in range(count):
+                body = {"model": "m1", "messages": [{"role": "user", "content": PROMPT}], "stream": i % 2 == 0}
+                async with session.post(url, json=body) as r:
+                    assert r.status == 200
+                    await r.read()
+
+        await requests(4)  # warm-up
+        await spend.wait_for(4)
+        gc.collect()
+        gc.disable()
+        try:
+            await requests(20)
+            await spend.wait_for(24)
+            await asyncio.sleep(0.3)  # settlements ride with a later Redis call
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            left = {type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("sits.")}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert not left & per_request, f"keyed requests left reference cycles through {sorted(left & per_request)}"
