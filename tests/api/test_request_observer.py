@@ -1,4 +1,5 @@
-"""Token usage read from an answer's bytes without parsing it: either key order, spaces, one key missing."""
+"""Token usage read from an answer's bytes without parsing it (and from a parsed one, the same): either key
+order, spaces, one key missing."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sits.pipeline.answer import stream_usage_of, usage_of
+from sits.pipeline.answer import counts_of, stream_usage_of, usage_of
 
 
 @pytest.mark.parametrize(("payload", "usage"), [
@@ -22,6 +23,7 @@ from sits.pipeline.answer import stream_usage_of, usage_of
 ])
 def test_usage_of(payload, usage):
     assert usage_of(payload) == usage
+    assert counts_of(json.loads(payload)) == usage  # the same counts from the parsed answer
 
 
 def test_stream_usage_only_from_an_event_that_carries_it():
@@ -43,3 +45,4 @@ def test_usage_of_reads_what_json_says(prompt, completion, indent, order, detail
         answer = {"usage": usage, "id": "x"}
     payload = json.dumps(answer, indent=indent, separators=(",", ":") if indent is None else None).encode()
     assert usage_of(payload) == (prompt, completion)
+    assert counts_of(answer) == (prompt, completion)

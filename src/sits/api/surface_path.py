@@ -22,10 +22,11 @@ from sits.api.tenant_gate import HttpTenantGate
 from sits.api.translated_stream_relay import CHAT_API, StreamTranslator, TranslatedStreamRelay
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
-from sits.pipeline.answer import Answer
+from sits.pipeline.answer import Answer, counts_of
 from sits.pipeline.cached_response import completion_from_json
 from sits.pipeline.context import Passthrough
 from sits.pipeline.director import Director
+from sits.pipeline.exchange import Exchange
 from sits.translate.responses_passthrough import PassthroughStream
 from sits.translate.usage import chat_usage_from_responses
 from sits.tuples import new_tuple
@@ -85,14 +86,19 @@ class SurfacePath:
         """The whole answer as a parsed chat completion, recorded as the chat door records it."""
         answer, seen, prompt = started
         payload = await _body(started)
+        try:
+            completion = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            completion = None
+        # An upstream's counts read from the completion parsed anyway, not searched for in its bytes again
+        counts = counts_of(completion) if isinstance(answer, Exchange) else answer.usage(payload)
         seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                    answer.usage(payload), prompt=prompt, raw_usage=payload)
+                    counts, prompt=prompt, raw_usage=payload)
+        if completion is None:
+            raise UpstreamProtocolError(f"upstream {answer.source} answered with a body that is not JSON")
         if answer.cache_key is not None:
             self._director.remember(answer, completion_from_json(CHAT_API, payload))
-        try:
-            return orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise UpstreamProtocolError(f"upstream {answer.source} answered with a body that is not JSON") from None
+        return completion
 
     def relay(self, started: Started, translator: StreamTranslator,
               on_complete: Callable[[], Awaitable[None]] | None = None) -> TranslatedStreamRelay:

@@ -125,6 +125,20 @@ def usage_of(payload: bytes) -> tuple[int, int] | None:
     return (int(prompt.group(1)) if prompt else 0, int(completion.group(1)) if completion else 0)
 
 
+def counts_of(completion: object) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) of a parsed chat completion's `usage`, as `usage_of` reads
+    them from its bytes; None when it has no usage."""
+    if not isinstance(completion, dict):
+        return None
+    usage = completion.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    prompt, generated = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if prompt is None and generated is None:
+        return None
+    return (prompt if type(prompt) is int else 0), (generated if type(generated) is int else 0)
+
+
 def _digits(text: bytes) -> int:
     """The ASCII digits `text` (a regex's `\\d+` over bytes) as an int: compiled, a loop costs less than int()."""
     value = 0

@@ -218,7 +218,7 @@ def message_object(completion: Any, message_id: str, model: str, stop_sequences:
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list) \
             or not completion["choices"] or not isinstance(completion["choices"][0], dict):
         raise InvalidRequest("the model's answer is not a chat completion", param="model")
-    choice = completion["choices"][0]
+    choice: dict[str, Any] = completion["choices"][0]  # typed: compiled, its reads are dict operations
     message: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
     content: list[dict[str, Any]] = []
     reasoning = message.get("reasoning_content")

@@ -290,7 +290,7 @@ def from_chat_completion(completion: Any, response_id: str, created: int, reques
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list) \
             or not completion["choices"] or not isinstance(completion["choices"][0], dict):
         raise InvalidRequest("the model's answer is not a chat completion", param="model")
-    choice = completion["choices"][0]
+    choice: dict[str, Any] = completion["choices"][0]  # typed: compiled, its reads are dict operations
     message: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
     text: str = message["content"] if isinstance(message.get("content"), str) else ""
     calls = []
