@@ -62,7 +62,7 @@ class _Replies(asyncio.Protocol):
         buffer = self._buffer + data if self._buffer else data
         at = 0
         waiting = self._wire._waiting
-        while True:
+        while at < len(buffer):  # not past the end: a reply cut short is the only thing _Incomplete stops
             try:
                 reply, at_next = _parse(buffer, at)
             except _Incomplete:
