@@ -32,6 +32,7 @@ from sits.state.response_store import ResponseStore
 from sits.translate import responses as wire
 from sits.translate import responses_passthrough as passthrough
 from sits.translate.responses_stream import ResponsesStream
+from sits.tuples import new_tuple
 
 log = logging.getLogger("sits.responses")
 PATH = "/v1/responses"
@@ -55,10 +56,11 @@ class ResponsesRoutes:
             body = wire.validate(_json(request.body))
             stream = body.get("stream") is True
             previous = body.get("previous_response_id")
-            history = await self._history(previous)
+            history = await self._history(previous) if previous is not None else None  # no coroutine when none
             chat, items = wire.chat_request(body, history or [], stream)
-            own = Passthrough(passthrough.upstream_body(request.body, body, history if previous else None),
-                              previous if previous is not None and history is None else None)
+            # Every field, in order, without the named tuple's own __new__ (sits/tuples.py)
+            own = new_tuple(Passthrough, (passthrough.upstream_body(request.body, body, history if previous else None),
+                                          previous if previous is not None and history is None else None))
         except SitsError as exc:
             self._path.bad_input(exc)
             raise
