@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -38,15 +37,17 @@ class Dispatcher:
         self._before = before
         self._renderers = tuple((path, path + "/", render) for path, render in (renderers or {}).items())
         # Request ids: a random per-gateway prefix plus a counter; unique without a syscall per request.
-        self._id_prefix = os.urandom(6).hex()
-        self._id_counter = itertools.count(1)
+        self._id_prefix = os.urandom(6).hex() + "-"
+        self._ids_made = 0
 
     def request_id_of(self, request: HttpRequest) -> str:
         """The client's x-request-id if it is safe to echo and forward, else a fresh one."""
         given = request.headers.get("x-request-id")
         if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
             return given
-        return f"{self._id_prefix}-{next(self._id_counter):x}"
+        self._ids_made += 1
+        # hex() and a slice, not an f-string's `:x`: compiled, that formats through two str.format calls
+        return self._id_prefix + hex(self._ids_made)[2:]
 
     async def __call__(self, request: HttpRequest) -> HttpResponse | StreamingResponse:
         request_id = self.request_id_of(request)
