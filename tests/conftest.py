@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,24 @@ def sdk(gateway: Gateway, api_key: str = "client-key", **kwargs: Any) -> openai.
     client = openai.AsyncOpenAI(base_url=base_url(gateway) + "/v1", api_key=api_key, max_retries=0, **kwargs)
     _open_clients.append((asyncio.get_running_loop(), client))
     return client
+
+
+# What one relayed stream makes; none of it may be left for the cyclic garbage collector.
+PER_STREAM = frozenset({"ChatStreamRelay", "TranslatedStreamRelay", "Exchange", "SseGuard", "UpstreamResponse",
+                        "Observation", "ResponsesStream", "MessagesStream", "ChatStreamReader"})
+
+
+async def left_for_the_collector(run: Callable[[], Awaitable[None]]) -> set[str]:
+    """The names of the SITS types the cyclic garbage collector finds after `run()`, with automatic
+    collection off meanwhile: what reference counting did not free when it was done with it."""
+    gc.collect()
+    gc.disable()
+    try:
+        await run()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        return {type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("sits.")}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

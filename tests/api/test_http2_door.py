@@ -19,7 +19,7 @@ from sits.app import Gateway
 from sits.configuration.gateway import parse_config, with_server
 from sits.errors import ConfigError
 from sits.settings import Settings
-from tests.conftest import one_model_config
+from tests.conftest import PER_STREAM, left_for_the_collector, one_model_config
 from tests.test_cli import SITS, free_port, wait_ready
 
 HI = [{"role": "user", "content": "hi"}]
@@ -162,8 +162,6 @@ async def test_a_port_in_use_fails_startup_naming_the_key(upstream, tmp_path, tl
 async def test_streams_over_h2c_leave_nothing_for_the_cyclic_garbage_collector(upstream, start_gateway):
     """The HTTP/2 door reads the relays as async iterators (api/pulled_relays.py): its streams too are
     freed by reference counting when they end (see tests/api/test_streaming.py for why it matters)."""
-    import gc
-
     gateway = await start_gateway(one_model_config(upstream.url, http2_port=0))
     assert gateway.http2 is not None
     url = f"http://127.0.0.1:{gateway.http2.h2c_bound_port}"
@@ -171,8 +169,6 @@ async def test_streams_over_h2c_leave_nothing_for_the_cyclic_garbage_collector(u
               ("/v1/responses", {"model": "m1", "input": "hi", "stream": True, "store": False}),
               ("/v1/messages", {"model": "m1", "max_tokens": 16, "stream": True,
                                 "messages": [{"role": "user", "content": "hi"}]})]
-    per_stream = {"ChatStreamRelay", "TranslatedStreamRelay", "Exchange", "SseGuard", "UpstreamResponse",
-                  "Observation", "ResponsesStream", "MessagesStream", "ChatStreamReader"}
     async with httpx.AsyncClient(http2=True, http1=False) as client:
         async def streams(count: int) -> None:
             for i in range(count):
@@ -181,15 +177,5 @@ async def test_streams_over_h2c_leave_nothing_for_the_cyclic_garbage_collector(u
                 assert response.status_code == 200 and response.http_version == "HTTP/2"
 
         await streams(3)  # warm-up
-        gc.collect()
-        gc.disable()
-        try:
-            await streams(30)
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            gc.collect()
-            left = {type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("sits.")}
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
-    assert not left & per_stream, f"streams left reference cycles through {sorted(left & per_stream)}"
+        left = await left_for_the_collector(lambda: streams(30))
+    assert not left & PER_STREAM, f"streams left reference cycles through {sorted(left & PER_STREAM)}"

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import orjson
 
-from tests.conftest import base_url, one_model_config, read_slowly
+from tests.conftest import PER_STREAM, base_url, left_for_the_collector, one_model_config, read_slowly
 
 STREAM_BODY = {"model": "m1", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
@@ -108,16 +108,12 @@ async def test_relayed_streams_leave_nothing_for_the_cyclic_garbage_collector(up
     reference cycle per stream (the relay, its exchange, the exchange's SSE guard holding the relay's
     callback) leaves them to the collector, whose passes then pause the gateway for milliseconds at a
     time under load. Chat, Responses and Messages streams, on one kept-alive connection."""
-    import gc
-
     gateway = await start_gateway(one_model_config(upstream.url))
     url = base_url(gateway)
     bodies = [("/v1/chat/completions", STREAM_BODY),
               ("/v1/responses", {"model": "m1", "input": "hi", "stream": True, "store": False}),
               ("/v1/messages", {"model": "m1", "max_tokens": 16, "stream": True,
                                 "messages": [{"role": "user", "content": "hi"}]})]
-    per_stream = {"ChatStreamRelay", "TranslatedStreamRelay", "Exchange", "SseGuard", "UpstreamResponse",
-                  "Observation", "ResponsesStream", "MessagesStream", "ChatStreamReader"}
     async with aiohttp.ClientSession() as session:
         async def streams(count: int) -> None:
             for i in range(count):
@@ -127,15 +123,5 @@ async def test_relayed_streams_leave_nothing_for_the_cyclic_garbage_collector(up
                     await r.read()
 
         await streams(3)  # warm-up: the connections and whatever is made once
-        gc.collect()
-        gc.disable()
-        try:
-            await streams(30)
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            gc.collect()
-            left = {type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("sits.")}
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
-    assert not left & per_stream, f"streams left reference cycles through {sorted(left & per_stream)}"
+        left = await left_for_the_collector(lambda: streams(30))
+    assert not left & PER_STREAM, f"streams left reference cycles through {sorted(left & PER_STREAM)}"

@@ -15,6 +15,7 @@ import redis.asyncio as redis_async
 from sits.tenants.budget import NANO, period_window
 from sits.tenants.pricing import cost_usd
 from sits.tenants.records import Budget, Price, Usage
+from tests.conftest import PER_STREAM, left_for_the_collector
 from tests.tenants.conftest import REDIS_URL, Keys, Spend, client, tenant_config
 
 PRICE = Price(input=3.0, output=15.0)
@@ -146,8 +147,6 @@ async def test_keyed_requests_and_streams_leave_nothing_for_the_cyclic_garbage_c
     """A keyed request (limits counted in Redis, a budget, a price) is freed by reference counting when
     it ends, streamed or not: a cycle per request would leave it to the collector, whose passes pause
     the gateway for milliseconds under load."""
-    import gc
-
     import aiohttp
 
     usage_upstream.usage.update(prompt_tokens=10, completion_tokens=3, total_tokens=13)
@@ -156,7 +155,7 @@ async def test_keyed_requests_and_streams_leave_nothing_for_the_cyclic_garbage_c
     gateway = await tenant_gateway(tenant_config(usage_upstream.url, price={"input": 3.0, "output": 15.0}), keys,
                                    spend)
     url = f"http://127.0.0.1:{gateway.bound_port}/v1/chat/completions"
-    per_request = {"ChatStreamRelay", "Exchange", "SseGuard", "UpstreamResponse", "Observation", "Ticket"}
+    per_request = PER_STREAM | {"Ticket"}
     async with aiohttp.ClientSession(headers={"authorization": "Bearer sk-g"}) as session:
         async def requests(count: int) -> None:
             for i in range(count):
@@ -167,17 +166,11 @@ async def test_keyed_requests_and_streams_leave_nothing_for_the_cyclic_garbage_c
 
         await requests(4)  # warm-up
         await spend.wait_for(4)
-        gc.collect()
-        gc.disable()
-        try:
+
+        async def measured() -> None:
             await requests(20)
             await spend.wait_for(24)
             await asyncio.sleep(0.3)  # settlements ride with a later Redis call
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            gc.collect()
-            left = {type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("sits.")}
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
+
+        left = await left_for_the_collector(measured)
     assert not left & per_request, f"keyed requests left reference cycles through {sorted(left & per_request)}"
