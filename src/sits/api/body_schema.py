@@ -14,6 +14,7 @@ from sits.errors import ClientError, InvalidRequest, UnprocessableRequest
 
 T = TypeVar("T", bound=BaseModel)
 B = TypeVar("B", bound=Mapping[str, Any])
+V = TypeVar("V")
 
 
 class BodySchema(Generic[B]):
@@ -34,12 +35,7 @@ class BodySchema(Generic[B]):
 
     def parse(self, body: bytes) -> B:
         """Validate a JSON body; raise a ClientError naming the first offending field."""
-        if not body:
-            raise InvalidRequest("request body is empty; expected a JSON object", param="body")
-        try:
-            return self._validate_json(body)
-        except ValidationError as exc:
-            raise client_error(exc) from None
+        return _validated(self._validate_json, body)
 
     def unknown_fields(self, body: Mapping[str, Any]) -> list[str]:
         """Fields SITS does not declare (forwarded unchanged)."""
@@ -48,11 +44,15 @@ class BodySchema(Generic[B]):
 
 
 def parse_body(schema: type[T], body: bytes) -> T:
-    """Validate a JSON body; raise a ClientError naming the first offending field."""
+    """Validate a JSON body against a pydantic model; raise a ClientError naming the first offending field."""
+    return _validated(schema.model_validate_json, body)
+
+
+def _validated(validate: Callable[[bytes], V], body: bytes) -> V:
     if not body:
         raise InvalidRequest("request body is empty; expected a JSON object", param="body")
     try:
-        return schema.model_validate_json(body)
+        return validate(body)
     except ValidationError as exc:
         raise client_error(exc) from None
 

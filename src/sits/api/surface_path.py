@@ -22,11 +22,10 @@ from sits.api.tenant_gate import HttpTenantGate
 from sits.api.translated_stream_relay import CHAT_API, StreamTranslator, TranslatedStreamRelay
 from sits.errors import SitsError, UpstreamProtocolError
 from sits.pipeline.admission_step import Admission
-from sits.pipeline.answer import Answer, counts_of
+from sits.pipeline.answer import Answer
 from sits.pipeline.cached_response import completion_from_json
 from sits.pipeline.context import Passthrough
 from sits.pipeline.director import Director
-from sits.pipeline.exchange import Exchange
 from sits.translate.responses_passthrough import PassthroughStream
 from sits.translate.usage import chat_usage_from_responses
 from sits.tuples import new_tuple
@@ -90,10 +89,8 @@ class SurfacePath:
             completion = orjson.loads(payload)
         except orjson.JSONDecodeError:
             completion = None
-        # An upstream's counts read from the completion parsed anyway, not searched for in its bytes again
-        counts = counts_of(completion) if isinstance(answer, Exchange) else answer.usage(payload)
         seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                    counts, prompt=prompt, raw_usage=payload)
+                    answer.usage(payload, completion), prompt=prompt, raw_usage=payload)
         if completion is None:
             raise UpstreamProtocolError(f"upstream {answer.source} answered with a body that is not JSON")
         if answer.cache_key is not None:

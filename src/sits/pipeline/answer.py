@@ -60,9 +60,10 @@ class Answer(Protocol):
         """The `x-sits-*` response headers."""
         ...
 
-    def usage(self, body: bytes) -> tuple[int, int] | None:
+    def usage(self, body: bytes, parsed: object = None) -> tuple[int, int] | None:
         """(prompt, completion) tokens to record, from the JSON body or the stream's usage event
-        (empty when the stream had none); None when unknown."""
+        (empty when the stream had none); None when unknown. `parsed`: the body already parsed, when the
+        caller parsed it anyway (the translated surfaces), read instead of the bytes."""
         ...
 
     @property

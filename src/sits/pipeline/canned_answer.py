@@ -44,7 +44,7 @@ class CannedAnswer:
             headers.append((b"x-sits-intent", self.intent.encode("latin-1", "replace")))
         return headers
 
-    def usage(self, body: bytes) -> tuple[int, int] | None:
+    def usage(self, body: bytes, parsed: object = None) -> tuple[int, int] | None:
         return None  # no upstream tokens were spent on it
 
     async def read(self) -> bytes:

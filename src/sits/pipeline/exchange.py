@@ -9,7 +9,7 @@ import orjson
 
 from sits.backends.upstream_response import UpstreamBody
 from sits.errors import UpstreamError, UpstreamProtocolError
-from sits.pipeline.answer import JSON, usage_of
+from sits.pipeline.answer import JSON, counts_of, usage_of
 from sits.pipeline.pulled_exchange import checked_chunks
 from sits.pipeline.sse_guard import SseGuard
 from sits.state.endpoint_stats import EndpointStats
@@ -61,8 +61,8 @@ class Exchange:
             headers.append((b"x-sits-intent", self.intent.encode("latin-1", "replace")))
         return headers
 
-    def usage(self, body: bytes) -> tuple[int, int] | None:
-        return usage_of(body)
+    def usage(self, body: bytes, parsed: object = None) -> tuple[int, int] | None:
+        return usage_of(body) if parsed is None else counts_of(parsed)
 
     async def read(self) -> bytes:
         ok = False

@@ -133,10 +133,8 @@ class FallbackChain(Generic[E]):
                     raise AttemptsFailed(last, attempts, False)
                 self._breakers.on_attempt(endpoint.id, now)
                 try:
-                    if deadline is None:  # _attempt inline: one coroutine less on every request
-                        exchange = await self._send(endpoint, plan.model.name, request, body)
-                        if request.stream:
-                            await exchange.prefetch_first_chunk(self.policy.ttft_timeout_s)
+                    if deadline is None:
+                        exchange = await self._attempt(endpoint, plan.model.name, request, body)
                     else:
                         exchange = await self._attempt_before(deadline - now, endpoint, plan.model.name, request,
                                                               body)

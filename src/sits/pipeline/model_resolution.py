@@ -69,7 +69,7 @@ class ModelResolver:
     def named(table: RoutingTable, request: RoutingRequest) -> ModelEntry | None:
         """The common case, synchronously and with nothing allocated: a model or alias the client named."""
         name = request.model
-        return table.models.get(name) or table.resolve(name)  # a model's own name, without a call first
+        return table.models.get(name) or table.aliased(name)  # `resolve`, inline for a model's own name
 
     async def resolve(self, table: RoutingTable, request: RoutingRequest) -> ModelEntry | Resolution:
         """Everything else, once `named` found nothing: a workflow, an adapter variant (the model itself)

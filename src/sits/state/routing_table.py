@@ -88,15 +88,17 @@ class RoutingTable:
 
     def resolve(self, name: str) -> ModelEntry | None:
         """A model by its name or one of its aliases (a canary alias: its target or its stable model)."""
-        entry = self.models.get(name)
-        if entry is None:
-            target = self.aliases.get(name)
-            if target is not None:
-                split = self.splits.get(name) if self.splits else None
-                if split is not None and split.draw() >= split.weight:
-                    target = split.stable
-                entry = self.models.get(target)
-        return entry
+        return self.models.get(name) or self.aliased(name)
+
+    def aliased(self, name: str) -> ModelEntry | None:
+        """The model an alias names (a canary alias: its target or its stable model); None for any other name."""
+        target = self.aliases.get(name)
+        if target is None:
+            return None
+        split = self.splits.get(name) if self.splits else None
+        if split is not None and split.draw() >= split.weight:
+            target = split.stable
+        return self.models.get(target)
 
     def names(self) -> list[str]:
         """Every name a client may ask for: models, then aliases."""

@@ -46,7 +46,7 @@ class PushedAnswer:
         self._chunks, self._error = chunks, error
         self.closed: bool | None = None
 
-    def usage(self, body: bytes) -> tuple[int, int] | None:
+    def usage(self, body: bytes, parsed: object = None) -> tuple[int, int] | None:
         return (3, 2) if body else None
 
     async def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> None:

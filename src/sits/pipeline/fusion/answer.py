@@ -31,7 +31,7 @@ class WorkflowAnswer:
     def headers(self) -> list[tuple[bytes, bytes]]:
         return render.headers(self.result)
 
-    def usage(self, body: bytes) -> tuple[int, int] | None:
+    def usage(self, body: bytes, parsed: object = None) -> tuple[int, int] | None:
         return self.result.prompt_tokens, self.result.completion_tokens  # every step's tokens
 
     async def read(self) -> bytes:
