@@ -123,7 +123,11 @@ async def test_sampling_changes_at_runtime_without_restart(upstream, receiver, s
 
 async def test_metrics_after_real_traffic(upstream, upstream_b, start_gateway):
     upstream.chunk_delay = 0.01  # events arrive apart, so the relay sees gaps between them
-    gateway = await start_gateway(config(upstream.url, upstream_b.url))
+    cfg = config(upstream.url, upstream_b.url)
+    # A declared window is checked per request, so m1's filters run (and are timed); `backup`, one endpoint
+    # declaring nothing, is decided once (docs/scheduling.md, "A pool of one decided once") and still counted.
+    cfg["models"][0]["context_window"] = 32_768
+    gateway = await start_gateway(cfg)
     client = sdk(gateway)
     for _ in range(3):
         await client.chat.completions.create(model="m1", messages=MESSAGES)
@@ -155,7 +159,7 @@ async def test_metrics_after_real_traffic(upstream, upstream_b, start_gateway):
     assert value(m, "sits_circuit_state", model="m1", endpoint="m1/ep-0", state="closed") == 1
     assert value(m, "sits_endpoint_available", model="backup", endpoint="backup/ep-0") == 1
     # The scheduler's own counters: every decision counted, plugin calls timed one decision in N.
-    assert value(m, "sits_scheduler_decisions_total", profile="default") >= 6
+    assert value(m, "sits_scheduler_decisions_total", profile="default") >= 7
     assert value(m, "sits_scheduler_plugin_timed_calls_total", plugin="healthy-filter") >= 1
     assert value(m, "sits_scheduler_plugin_timed_seconds_total", plugin="healthy-filter") > 0
 

@@ -14,7 +14,6 @@ event and ends without `[DONE]`, so a client can never mistake a cut answer for 
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
 from collections.abc import AsyncGenerator
 from time import perf_counter
 
@@ -82,10 +81,8 @@ class ChatStreamRelay(PulledRelay):
         gaps = self._gaps
         if gaps is not None:
             now = perf_counter()
-            if self._previous:  # Buckets.observe, inline: this runs once per event
-                gap = now - self._previous
-                gaps.counts[bisect_left(gaps.bounds, gap)] += 1
-                gaps.sum += gap
+            if self._previous:
+                gaps.observe(now - self._previous)
             self._previous = now
         return self._sink.send(chunk)
 

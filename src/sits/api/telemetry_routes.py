@@ -140,9 +140,9 @@ class TelemetryRoutes:
         m = self._metrics
         if m is None:
             return {}
-        errors = sum(v for (_, _, status), v in list(m.requests.values.items()) if not status.startswith("2"))
-        hits = sum(v for (result,), v in list(m.cache.values.items()) if result != "miss")
-        return {"requests": sum(m.requests.values.values()), "errors": errors,
-                "cache_lookups": sum(m.cache.values.values()), "cache_hits": hits,
-                "fallbacks": sum(m.fallbacks.values.values()), "retries": sum(m.retries.values.values())}
+        errors = sum(v for (_, _, status), v in m.requests.totals() if not status.startswith("2"))
+        hits = sum(v for (result,), v in m.cache.totals() if result != "miss")
+        return {"requests": sum(v for _, v in m.requests.totals()), "errors": errors,
+                "cache_lookups": sum(v for _, v in m.cache.totals()), "cache_hits": hits,
+                "fallbacks": sum(v for _, v in m.fallbacks.totals()), "retries": sum(v for _, v in m.retries.totals())}
 

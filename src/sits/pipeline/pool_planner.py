@@ -50,6 +50,9 @@ class PoolPlanner:
         self._admission = admission
         self._rng = rng
         self._hints = hints
+        # Models with one endpoint that no request can turn away (`Scheduler.lone`): by the entry's id, the
+        # entry itself (ids are reused once an entry is gone) and its plan by kind; None: scheduled per request.
+        self._lone: dict[int, tuple[ModelEntry, dict[str, Plan] | None]] = {}
 
     def views(self, model: ModelEntry, now: float, allowed: Allowed | None = None) -> list[EndpointView]:
         """Each (allowed) endpoint's live signals, plus its model's declared metadata."""
@@ -79,6 +82,13 @@ class PoolPlanner:
     def model(self, model: ModelEntry, request: RoutingRequest, now: float, allowed: Allowed | None = None,
               kind: PlanKind = "primary") -> Plan:
         """The model's (allowed) endpoints best first."""
+        if allowed is None:
+            lone = self._lone.get(id(model))
+            if lone is None or lone[0] is not model:
+                lone = self._decide_lone(model, now)
+            plans = lone[1]
+            if plans is not None:
+                return self._lone_plan(model, plans, kind, now)
         views = self.views(model, now, allowed)
         if not any(map(_HEALTHY, views)):
             return Plan(model, (), kind)
@@ -100,6 +110,35 @@ class PoolPlanner:
             return new_tuple(Plan, (model, model.endpoints, kind, None, decision, None))
         by_id = {e.id: e for e in model.endpoints}
         return new_tuple(Plan, (model, tuple(by_id[v.id] for v in candidates), kind, None, decision, None))
+
+    def _decide_lone(self, model: ModelEntry, now: float) -> tuple[ModelEntry, dict[str, Plan] | None]:
+        """Whether `model` is a pool of one that no request can change the decision for (once per entry: a
+        routing table's change makes new entries); kept either way."""
+        decision = self._scheduler.lone(self.views(model, now)[0]) if len(model.endpoints) == 1 else None
+        plans: dict[str, Plan] | None = None
+        if decision is not None:
+            plans = {kind: Plan(model, model.endpoints, kind, None, decision)
+                     for kind in ("primary", "tier", "fallback", "larger-context")}
+        if len(self._lone) > 10_000:
+            self._lone.clear()
+        lone = self._lone[id(model)] = (model, plans)
+        return lone
+
+    def _lone_plan(self, model: ModelEntry, plans: dict[str, Plan], kind: PlanKind, now: float) -> Plan:
+        """The decided plan of a pool of one, if its endpoint can be sent to now (its health and breaker,
+        as the views say); what the views do per request besides (an engine's load capping its admission
+        limit, the decision counted) is done here too."""
+        endpoint = model.endpoints[0]
+        limits = self._admission.limits if self._admission is not None else None
+        if limits is not None:
+            engine = self._stats.get(endpoint.id).engine
+            if engine is not None:
+                limits.get(endpoint.id).observe_engine(engine)
+        if not (self._health.available(endpoint.id, now) and self._breakers.allows(endpoint.id, now)):
+            return Plan(model, (), kind)
+        plan = plans[kind]
+        self._scheduler.metrics.decision(plan.decision.profile)  # type: ignore[union-attr]
+        return plan
 
     def tier_ranking(self, table: RoutingTable, tier: str, request: RoutingRequest, now: float,
                      allowed: Allowed | None = None, first_kind: PlanKind = "primary") -> list[Plan]:

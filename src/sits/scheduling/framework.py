@@ -24,7 +24,10 @@ DEFAULT_PICK_LIMIT = 3  # the director tries at most this many endpoints (connec
 
 
 class Filter(Protocol):
-    """A filter; one that tests each endpoint on its own also has `keeps(request)` (filter_stages.py)."""
+    """A filter; one that tests each endpoint on its own also has `keeps(request)` (filtering.py). One that
+    can tell from an endpoint's declared metadata alone that it never turns away a pool of that one
+    endpoint (for any request for its model, whatever its live signals) also has
+    `always_keeps_one(endpoint) -> bool` (`Profile.lone`)."""
 
     name: str
 
@@ -162,6 +165,16 @@ class Profile:
         decision = self._decide(request, endpoints, rng, metrics, timed, limit, 0)
         assert decision is not None  # only a sampled pass defers
         return decision
+
+    def lone(self, endpoint: EndpointView) -> Decision | None:
+        """The decision for a pool of just `endpoint` when no request can change it (every filter says it
+        always keeps a lone endpoint like this one, `always_keeps_one`), else None. A filter without that
+        method may turn it away, so the pool is scheduled per request."""
+        for f in self.filters:
+            always = getattr(f, "always_keeps_one", None)
+            if always is None or not always(endpoint):
+                return None
+        return Decision((endpoint,), self.name, ONLY_ENDPOINT, (endpoint,))
 
     def _decide(
         self,

@@ -27,6 +27,15 @@ class Scheduler:
         names = self.handler.profiles()
         object.__setattr__(self, "_only", next(iter(names)) if len(names) == 1 else None)
 
+    def lone(self, endpoint: EndpointView) -> Decision | None:
+        """The decision for a pool of just `endpoint`, made once for every request (the table's models
+        with one endpoint): None when a request could change it (a filter that may turn it away, a handler
+        that picks among profiles, shadow profiles to record). A caller that uses it counts each request
+        with `metrics.decision(decision.profile)`, as a scheduled one is counted."""
+        if self._only is None or self.shadows:
+            return None
+        return self.profiles[self._only].lone(endpoint)
+
     def schedule(
         self,
         request: SchedulingRequest,

@@ -16,7 +16,6 @@ exposition without bound.
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -54,22 +53,49 @@ class BoundedLabels:
         return value
 
 
+class Count:
+    """One series of a `Tally`, added to in place: a hot caller keeps it and adds to `value` without a
+    dictionary lookup or a float stored back per request."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+
 class Tally:
-    """A labelled counter: label-value tuple -> total."""
+    """A labelled counter: label-value tuple -> its `Count`."""
 
     __slots__ = ("name", "help", "labels", "values")
 
     def __init__(self, name: str, help_text: str, labels: tuple[str, ...]) -> None:
         self.name, self.help, self.labels = name, help_text, labels
-        self.values: dict[tuple[str, ...], float] = {}
+        self.values: dict[tuple[str, ...], Count] = {}
+
+    def count(self, key: tuple[str, ...]) -> Count:
+        """The series of `key` (made at its first use), for a caller to keep."""
+        count = self.values.get(key)
+        if count is None:
+            count = self.values[key] = Count()
+        return count
 
     def inc(self, key: tuple[str, ...], amount: float = 1.0) -> None:
-        values = self.values
-        values[key] = values.get(key, 0.0) + amount
+        count = self.values.get(key)
+        if count is None:
+            count = self.values[key] = Count()
+        count.value += amount
+
+    def value(self, key: tuple[str, ...]) -> float:
+        count = self.values.get(key)
+        return 0.0 if count is None else count.value
+
+    def totals(self) -> list[tuple[tuple[str, ...], float]]:
+        """Every series and its total now; one made (`count`) but never added to is not shown."""
+        return [(key, count.value) for key, count in list(self.values.items()) if count.value]
 
     def family(self) -> CounterMetricFamily:
         family = CounterMetricFamily(self.name, self.help, labels=self.labels)
-        for key, value in list(self.values.items()):
+        for key, value in self.totals():
             family.add_metric(key, value)
         return family
 
@@ -85,7 +111,14 @@ class Buckets:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # le semantics: value == bound counts in it
+        # le semantics: value == bound counts in it. A compiled scan over the dozen bounds, from the low end
+        # where most values fall, costs a fraction of a call to bisect (docs/hot-path.md).
+        at = 0
+        for bound in self.bounds:
+            if value <= bound:
+                break
+            at += 1
+        self.counts[at] += 1
         self.sum += value
 
 
@@ -122,7 +155,7 @@ def _bound_label(bound: float) -> str:
 class _Series:
     """Everything one (model, endpoint) pair records per request, looked up once per request."""
 
-    __slots__ = ("total", "ttft", "gaps", "by_status", "model", "endpoint", "tokens_in", "tokens_out")
+    __slots__ = ("total", "ttft", "gaps", "by_status", "model", "endpoint", "tokens_in", "tokens_out", "_requests")
 
     def __init__(self, metrics: GatewayMetrics, model: str, endpoint: str) -> None:
         key = (model, endpoint)
@@ -130,14 +163,15 @@ class _Series:
         self.total = metrics.request_seconds.get(key)
         self.ttft = metrics.ttft_seconds.get(key)
         self.gaps = metrics.inter_token_seconds.get(key)
-        self.by_status: dict[int, tuple[str, str, str]] = {}
-        self.tokens_in, self.tokens_out = (model, "input"), (model, "output")
+        self._requests = metrics.requests
+        self.by_status: dict[int, Count] = {}
+        self.tokens_in, self.tokens_out = metrics.tokens.count((model, "input")), metrics.tokens.count((model, "output"))
 
-    def status_key(self, status: int) -> tuple[str, str, str]:
-        key = self.by_status.get(status)
-        if key is None:
-            key = self.by_status[status] = (self.model, self.endpoint, str(status))
-        return key
+    def status(self, status: int) -> Count:
+        count = self.by_status.get(status)
+        if count is None:
+            count = self.by_status[status] = self._requests.count((self.model, self.endpoint, str(status)))
+        return count
 
 
 class GatewayMetrics:
@@ -182,6 +216,9 @@ class GatewayMetrics:
                          self.cache, self.admission_rejected)
         self._distributions = (self.request_seconds, self.ttft_seconds, self.inter_token_seconds, self.queue_wait)
         self._series: dict[tuple[str, str], _Series] = {}
+        # raw model / endpoint name -> the series of each reason / outcome (each label bounded once)
+        self._decisions: dict[str, dict[str, Count]] = {}
+        self._attempts: dict[str, dict[str, Count]] = {}
         self.registry.register(self)
         # process_resident_memory_bytes, process_open_fds, CPU: what a leak shows first (bench/soak.py)
         ProcessCollector(registry=self.registry)
@@ -210,18 +247,15 @@ class GatewayMetrics:
                usage: tuple[int, int] | None = None) -> None:
         """One answered request: count, duration, TTFT and tokens in a single lookup."""
         series = self._series.get((model, endpoint)) or self._new_series(model, endpoint)
-        requests = self.requests.values
-        key = series.status_key(status)
-        requests[key] = requests.get(key, 0.0) + 1.0
+        series.status(status).value += 1.0
         series.total.observe(seconds)
         if ttft_s is not None:
             series.ttft.observe(ttft_s)
         if usage is not None:
-            tokens = self.tokens.values
             if usage[0]:
-                tokens[series.tokens_in] = tokens.get(series.tokens_in, 0.0) + usage[0]
+                series.tokens_in.value += usage[0]
             if usage[1]:
-                tokens[series.tokens_out] = tokens.get(series.tokens_out, 0.0) + usage[1]
+                series.tokens_out.value += usage[1]
 
     def inter_token(self, model: str, endpoint: str) -> Buckets | None:
         """The series a stream relay observes its gaps on (looked up once per stream)."""
@@ -232,13 +266,21 @@ class GatewayMetrics:
         self.requests.inc((self._model(model), "none", str(status)))
 
     def decision(self, model: str, reason: str) -> None:
-        self.decisions.inc((self._model(model), reason))
+        by_reason = self._decisions.get(model)
+        count = by_reason.get(reason) if by_reason is not None else None
+        if count is None:
+            count = self._kept(self._decisions, model, reason, self.decisions.count((self._model(model), reason)))
+        count.value += 1.0
 
     def fallback(self, model: str, kind: str) -> None:
         self.fallbacks.inc((self._model(model), kind))
 
     def attempt(self, model: str, endpoint: str, outcome: str, retry: bool) -> None:
-        self.attempts.inc((self._endpoint(endpoint), outcome))
+        by_outcome = self._attempts.get(endpoint)
+        count = by_outcome.get(outcome) if by_outcome is not None else None
+        if count is None:
+            count = self._kept(self._attempts, endpoint, outcome, self.attempts.count((self._endpoint(endpoint), outcome)))
+        count.value += 1.0
         if retry:
             self.retries.inc((self._model(model),))
 
@@ -253,6 +295,14 @@ class GatewayMetrics:
 
     def shed(self, priority: int) -> None:
         self.admission_rejected.inc((str(priority),))
+
+    @staticmethod
+    def _kept(by_name: dict[str, dict[str, Count]], name: str, label: str, count: Count) -> Count:
+        """`count` kept under the raw name and label (its label values bounded once), unless as many names
+        as the bounded labels allow several times over have come through."""
+        if len(by_name) < 4 * 512:
+            by_name.setdefault(name, {})[label] = count
+        return count
 
     def _new_series(self, model: str, endpoint: str) -> _Series:
         """First request of a pair: bound the label values once, then cache under the raw names."""

@@ -25,6 +25,7 @@ from sits.state.routing_table import RoutingTable
 from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
 from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Plan, Reservation
 from sits.tenants.redis_wire import RedisUnavailable
+from sits.telemetry.metrics import Count
 from sits.tenants.metrics import TenantMetrics
 from sits.tenants.pricing import FREE_SOURCES, PriceBook, usage_from
 from sits.tenants.records import (
@@ -133,6 +134,7 @@ class _Shape(NamedTuple):
     soft: tuple[float, ...]  # each budget's soft limit in nano-USD (inf: none); empty when no budget has one
     team_label: str
     admitted: tuple[str, str, str]  # the metric's labels
+    counted: Count  # the admitted requests' series of that metric
 
 
 class TenantGate:
@@ -151,7 +153,6 @@ class TenantGate:
         self._settings = settings
         self._wall = wall
         self._prices = PriceBook()
-        self._admitted = metrics.requests.values  # counted in place: a Tally.inc call less per request
         self._members = itertools.count(1)
         self._member_prefix = os.urandom(6).hex() + "-"  # lease ids unique across replicas and restarts
         self._shapes: dict[tuple[int, int, str], _Shape] = {}
@@ -235,8 +236,7 @@ class TenantGate:
         ticket = Ticket(self, key, team, user, model, request_id, table, shape)
         plan = shape.plan
         if plan is None:  # nothing to count: no Redis round trip at all
-            counts = self._admitted
-            counts[shape.admitted] = counts.get(shape.admitted, 0.0) + 1.0
+            shape.counted.value += 1.0
             return ticket
         prompt = self._prompt_tokens(model, prompt_text) if plan.tokens or plan.budgets else 0
         output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
@@ -266,8 +266,7 @@ class TenantGate:
             self.metrics.requests.inc((shape.team_label, shape.admitted[1], kind))
             self._refused(key, ticket.model, ticket.user, ticket.request_id, RateLimited.http_status)
             raise _refusal(outcome, kind, key, self._wall())
-        counts = self._admitted
-        counts[shape.admitted] = counts.get(shape.admitted, 0.0) + 1.0
+        shape.counted.value += 1.0
         ticket.reservation = outcome  # type: ignore[assignment]
         if shape.soft:  # some budget has a soft limit: is it passed?
             for spent, threshold in zip(outcome.budget_spent, shape.soft, strict=False):  # type: ignore[union-attr]
@@ -310,11 +309,12 @@ class TenantGate:
             if check.period_end_ms:
                 until = min(until, check.period_end_ms / 1000)
         team_label = self.metrics.team(key.team_id)
+        admitted = (team_label, self._model_label(model, table), "admitted")
         shape = _Shape(key, team, table, until, self.limiter.plan(checks) if checks else None,
                        self._prices.estimate(table, model), tuple(budgets),
                        tuple(b.soft_usd * NANO if b.soft_usd is not None else math.inf for _, _, b in budgets)
                        if any(b.soft_usd is not None for _, _, b in budgets) else (), team_label,
-                       (team_label, self._model_label(model, table), "admitted"))
+                       admitted, self.metrics.requests.count(admitted))
         if len(self._shapes) > 10_000:
             self._shapes.clear()
         self._shapes[(id(key), id(team), model)] = shape

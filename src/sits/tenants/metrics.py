@@ -19,15 +19,15 @@ OUTCOMES = frozenset({"admitted", "unauthorized", "forbidden", "rpm", "tpm", "co
 
 
 class _Series:
-    """The label keys one (team, model) pair records on, built once."""
+    """The series one (team, model) pair records on, found once."""
 
     __slots__ = ("table", "spend", "input", "cached", "output", "reasoning")
 
-    def __init__(self, table: RoutingTable, team: str, model: str) -> None:
+    def __init__(self, table: RoutingTable, spend: Tally, tokens: Tally, team: str, model: str) -> None:
         self.table = table
-        self.spend = (team, model)
-        self.input, self.cached = (team, model, "input"), (team, model, "cached_input")
-        self.output, self.reasoning = (team, model, "output"), (team, model, "reasoning")
+        self.spend = spend.count((team, model))
+        self.input, self.cached = tokens.count((team, model, "input")), tokens.count((team, model, "cached_input"))
+        self.output, self.reasoning = tokens.count((team, model, "output")), tokens.count((team, model, "reasoning"))
 
 
 class TenantMetrics:
@@ -60,19 +60,18 @@ class TenantMetrics:
             if len(self._series) > 4096:
                 self._series.clear()
             label = model if model in table.models or model in table.aliases else "unknown"
-            series = self._series[(team_id, model)] = _Series(table, self.team(team_id), self._model(label))
+            series = self._series[(team_id, model)] = _Series(table, self.spend, self.tokens, self.team(team_id),
+                                                              self._model(label))
         if cost:
-            spend = self.spend.values
-            spend[series.spend] = spend.get(series.spend, 0.0) + cost
-        tokens = self.tokens.values
+            series.spend.value += cost
         if usage.input_tokens:
-            tokens[series.input] = tokens.get(series.input, 0.0) + usage.input_tokens
+            series.input.value += usage.input_tokens
         if usage.output_tokens:
-            tokens[series.output] = tokens.get(series.output, 0.0) + usage.output_tokens
+            series.output.value += usage.output_tokens
         if usage.cached_input_tokens:
-            tokens[series.cached] = tokens.get(series.cached, 0.0) + usage.cached_input_tokens
+            series.cached.value += usage.cached_input_tokens
         if usage.reasoning_tokens:
-            tokens[series.reasoning] = tokens.get(series.reasoning, 0.0) + usage.reasoning_tokens
+            series.reasoning.value += usage.reasoning_tokens
 
     def team(self, team_id: str | None) -> str:
         return self._team(team_id or "none")

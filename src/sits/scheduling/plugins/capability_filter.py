@@ -24,6 +24,9 @@ class CapabilityFilter:
         ok = self._undeclared_ok
         return lambda e: ok if e.features is None else needs <= e.features
 
+    def always_keeps_one(self, endpoint: EndpointView) -> bool:
+        return endpoint.features is None and self._undeclared_ok  # nothing declared: assumed able
+
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:

@@ -24,6 +24,9 @@ class ContextWindowFilter:
     def __init__(self, params: ContextWindowFilterParams | None = None) -> None:
         self._default_completion = (params or ContextWindowFilterParams()).default_completion_tokens
 
+    def always_keeps_one(self, endpoint: EndpointView) -> bool:
+        return endpoint.context_window is None  # no window declared: every request fits
+
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:

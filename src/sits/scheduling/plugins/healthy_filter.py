@@ -26,6 +26,9 @@ class HealthyFilter:
             return _is_healthy
         return lambda e: e.healthy and e.error_rate <= limit
 
+    def always_keeps_one(self, endpoint: EndpointView) -> bool:
+        return self._fail_open  # fail open: a lone endpoint stays, healthy or not
+
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:

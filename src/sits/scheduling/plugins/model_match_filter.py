@@ -24,6 +24,9 @@ class ModelMatchFilter:
             return None
         return lambda e: e.model == model
 
+    def always_keeps_one(self, endpoint: EndpointView) -> bool:
+        return True  # a model's own endpoint serves every request for that model
+
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:

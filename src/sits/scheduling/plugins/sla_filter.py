@@ -32,6 +32,9 @@ class SlaFilter:
             return lambda e: e.latency_p95_s * 1000.0 <= (e.sla_ms or default_ms)
         return lambda e: not e.sla_ms or e.latency_p95_s * 1000.0 <= e.sla_ms
 
+    def always_keeps_one(self, endpoint: EndpointView) -> bool:
+        return self._fail_open  # fail open: a lone endpoint stays, late or not
+
     def filter(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointView], rng: random.Random
     ) -> Sequence[EndpointView]:
