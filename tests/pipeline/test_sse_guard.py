@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sits.errors import UpstreamProtocolError
 from sits.pipeline.sse_guard import SseGuard
@@ -15,7 +17,9 @@ def test_any_split_of_a_good_stream_passes(cut):
     guard.check(GOOD[cut:])
 
 
-@pytest.mark.parametrize("bad", [b"<html>oops</html>\n", b"data: not json\n", b"HTTP/1.1 502\n", b"data: 42\n"])
+@pytest.mark.parametrize("bad", [b"<html>oops</html>\n", b"data: not json\n", b"HTTP/1.1 502\n", b"data: 42\n",
+                                 # as many line ends and data lines as whole events would have, a line not blank
+                                 b'data: {"a":1}\n<html>\ndata: {"b":2}\n\n'])
 def test_malformed_lines_are_refused(bad):
     guard = SseGuard("e")
     guard.check(b'data: {"ok": 1}\n\n')
@@ -49,3 +53,50 @@ def test_relay_reports_a_chunk_its_consumer_refuses_as_the_streams_error():
     guard.forward_to(refuse, broken.append)
     assert guard.relay(b'data: {"a":1}\n\n') is True  # stop reading: the stream ends with the error
     assert "cannot read" in str(broken[0])
+
+
+LINES = [b"", b"\r", b'data: {"a":1}', b'data:{"a":1}', b"data: [DONE]", b"data:\t {}", b": keep-alive", b"event: x",
+         b"id: 7", b"retry: 10", b"data: 42", b"data:", b"data: not json", b"<html>", b"HTTP/1.1 502", b"ev", b"\x0b",
+         b"data:\x0c[DONE] tail", b"data: \r{", b"\xff\xfe"]
+
+
+def _by_lines(chunk: bytes) -> bool:
+    """The check as the SSE rules say it, line by line: True when every complete line is well formed."""
+    for line in chunk.split(b"\n")[:-1]:
+        if not line or line == b"\r":
+            continue
+        if line.startswith(b"data:"):
+            payload = line[5:].lstrip()
+            if payload[:1] != b"{" and not payload.startswith(b"[DONE]"):
+                return False
+        elif not line.startswith((b":", b"event:", b"id:", b"retry:")):
+            return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(LINES), min_size=1, max_size=12), st.integers(0, 200))
+def test_one_match_over_a_read_of_many_lines_refuses_exactly_what_the_rules_refuse(lines, cut):
+    chunk = b"\n".join(lines) + b"\n"
+    guard = SseGuard("e")
+    if _by_lines(chunk):
+        guard.check(chunk[:cut])
+        guard.check(chunk[cut:])
+    else:
+        with pytest.raises(UpstreamProtocolError, match="malformed SSE line"):
+            guard.check(chunk[:cut])
+            guard.check(chunk[cut:])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(LINES), st.sampled_from([b"\n\n", b"\n", b"\n\n\n", b"\r\n\r\n"])),
+                min_size=1, max_size=10))
+def test_a_read_of_whole_events_is_refused_exactly_when_a_line_is_malformed(events):
+    """Reads made of whole events (what a stream written faster than it is read gives), checked by counting."""
+    chunk = b"".join(line + end for line, end in events)
+    guard = SseGuard("e")
+    if _by_lines(chunk):
+        guard.check(chunk)
+    else:
+        with pytest.raises(UpstreamProtocolError, match="malformed SSE line"):
+            guard.check(chunk)

@@ -13,6 +13,7 @@ _FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
 _MAX_LINE = 4 * 1024 * 1024
 
 
+
 class SseGuard:
     __slots__ = ("_partial", "_source", "_deliver", "_broken")
 
@@ -54,11 +55,19 @@ class SseGuard:
                 and chunk[-1:] == b"\n":
             return  # the usual chunk from a model server streaming tokens: one whole JSON event, one line
         data = self._partial + chunk if self._partial else chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
+        if _whole_events(data):  # a read of several whole events (a stream written faster than read)
+            self._partial = b""
+            return
+        complete = data.rfind(b"\n") + 1
+        self._partial = data[complete:]
         if len(self._partial) > _MAX_LINE:
             raise UpstreamProtocolError(f"upstream {self._source} sent an SSE line over {_MAX_LINE} bytes")
-        for line in lines:
+        if complete:
+            self._refuse(data[:complete])
+
+    def _refuse(self, lines: bytes) -> None:
+        """Complete lines, line by line: the error naming the first malformed one."""
+        for line in lines.split(b"\n"):
             if not line or line == b"\r":
                 continue
             if line.startswith(b"data:"):
@@ -69,6 +78,21 @@ class SseGuard:
                 continue
             shown = line[:80].decode("utf-8", "replace")
             raise UpstreamProtocolError(f"upstream {self._source} sent a malformed SSE line: {shown!r}")
+
+
+def _whole_events(data: bytes) -> bool:
+    """Whether `data` is whole events of one `data:` line each, a JSON object or `[DONE]`, and nothing else:
+    split at the blank lines, every piece such a data line and no line end left in any of them. A few
+    C-level passes over the bytes instead of several method calls per line (`bench/README.md`)."""
+    if data[-2:] != b"\n\n":
+        return False
+    events = data.split(b"\n\n")
+    if events[-1]:
+        return False
+    for event in events[:-1]:
+        if not (event.startswith(b"data: {") or event.startswith(b"data: [DONE]")):
+            return False
+    return b"".join(events).find(b"\n") < 0
 
 
 def _unset(_: object) -> bool:
