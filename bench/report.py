@@ -72,9 +72,15 @@ def add_derived(results: dict) -> None:
     checks = []
     for mode in MODES:
         checks.append(_check(f"SITS peak req/s >= 100x LiteLLM peak ({mode})", ratios[mode]["peak_ratio"], 100, ">=", "x"))
+    for mode in MODES:  # the hot path's own target: half the bare Python relay's peak on the same core
+        sits_peak = ratios[mode]["peak_rps"]["sits"]
+        floor = [x["rps"] for c in concs if (x := _cell(results, "python-floor", mode, c))]
+        share = round(100 * sits_peak / max(floor), 1) if sits_peak and floor else None
+        checks.append(_check(f"SITS peak req/s >= 50% of the bare relay's peak ({mode})", share, 50, ">=", "%"))
     lo, hi = min(concs), max(concs)
     for mode in MODES:
         cell = _cell(results, "sits", mode, lo) or {}
+        checks.append(_check(f"SITS added p50 <= 0.2 ms at c={lo} ({mode})", cell.get("added_p50_ms"), 0.2, "<=", " ms"))
         checks.append(_check(f"SITS added p50 <= 0.3 ms at c={lo} ({mode})", cell.get("added_p50_ms"), 0.3, "<=", " ms"))
         checks.append(_check(f"SITS added p99 <= 2 ms at c={lo} ({mode})", cell.get("added_p99_ms"), 2.0, "<=", " ms"))
     for mode in MODES:
@@ -175,7 +181,8 @@ def render_markdown(results: dict) -> str:
                    + f" | {_f(peaks.get('sits'), 0)} | {_f(peaks.get('litellm'), 0)} | {_f(x.get('peak_ratio'), 2)} |")
     out += ["", "#### Targets", "", "| target | measured | verdict |", "|---|---:|---|"]
     for chk in results.get("checks", []):
-        val = "–" if chk["value"] is None else f"{_f(chk['value'])}{chk['unit']}"
+        digits = 1 if chk["unit"] == "%" else 3
+        val = "–" if chk["value"] is None else f"{_f(chk['value'], digits)}{chk['unit']}"
         out.append(f"| {chk['check']} | {val} | {chk['verdict']} |")
     notes = []
     for target in TARGET_ORDER:
