@@ -7,9 +7,11 @@ from __future__ import annotations
 from sits.tenants.redis_wire import Script
 
 # KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
-# ARGV[2]: the settlements, "kind:limit:delta:member;" each; then per admission its checks
-# ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's limit -1 when soft only)
-# and its member id. Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
+# ARGV[2]: the settlements, each "@tokens_delta:nano_delta:member;" then its checks' "kind:limit;" (the
+# check part is the same for every request of a plan: nothing in it is filled in per request); then per
+# admission three: its checks ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's
+# limit -1 when soft only; amount 1, or T and B for the request's tokens and nano-USD), its member id and
+# "tokens:nano". Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
 # before it>" when every check passed (and was taken), "0,<failed check>,<retry after ms>,<reset at ms>"
 # when one did not (and nothing was taken).
 BATCH_LUA = """
@@ -18,22 +20,28 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local W = 60000
 local k = 0
-for kind, limit, delta, member in string.gmatch(ARGV[2], '(%a):([^:]*):([^:]*):([^;]*);') do
-  k = k + 1
-  local key = KEYS[k]
-  if kind == 't' then
-    local tat = tonumber(redis.call('GET', key) or '0')
-    if tat < now then tat = now end
-    tat = tat + tonumber(delta) * W / tonumber(limit)
-    if tat > now then
-      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
-    else
-      redis.call('DEL', key)
+local tokens, nano, member = 0, 0, ''
+for kind, rest in string.gmatch(ARGV[2], '([@%a])([^;]*);') do
+  if kind == '@' then
+    local t, b, m = string.match(rest, '^([^:]*):([^:]*):(.*)$')
+    tokens, nano, member = tonumber(t), b, m
+  else
+    k = k + 1
+    local key = KEYS[k]
+    if kind == 't' then
+      local tat = tonumber(redis.call('GET', key) or '0')
+      if tat < now then tat = now end
+      tat = tat + tokens * W / tonumber(string.sub(rest, 2))
+      if tat > now then
+        redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+      else
+        redis.call('DEL', key)
+      end
+    elseif kind == 'c' then
+      redis.call('ZREM', key, member)
+    elseif kind == 'b' then
+      if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, nano) end
     end
-  elseif kind == 'c' then
-    redis.call('ZREM', key, member)
-  elseif kind == 'b' then
-    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, delta) end
   end
 end
 local function admit(checks, base, member)
@@ -81,10 +89,12 @@ local function admit(checks, base, member)
   return out
 end
 local answers = {}
-for j = 3, #ARGV, 2 do
+for j = 3, #ARGV, 3 do
+  local tokens, nano = string.match(ARGV[j + 2], '^([^:]+):(.+)$')
+  local amounts = {T = tonumber(tokens), B = tonumber(nano)}
   local checks = {}
   for kind, limit, amount, seed, ends in string.gmatch(ARGV[j], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
-    checks[#checks + 1] = {kind, tonumber(limit), tonumber(amount), tonumber(seed), tonumber(ends)}
+    checks[#checks + 1] = {kind, tonumber(limit), amounts[amount] or tonumber(amount), tonumber(seed), tonumber(ends)}
   end
   answers[#answers + 1] = admit(checks, k, ARGV[j + 1])
   k = k + #checks
