@@ -31,7 +31,13 @@ def test_usage_by_kind_is_read_from_the_answer() -> None:
                b'"prompt_tokens_details":{"cached_tokens":400},"completion_tokens_details":{"reasoning_tokens":200}}}')
     assert usage_from(payload) == Usage(1000, 400, 500, 200)
     assert usage_from(b'{"usage":{"prompt_tokens":7,"completion_tokens":2}}') == Usage(7, 0, 2, 0)
+    assert usage_from(b'{"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}') == Usage(7, 0, 2, 0)
     assert usage_from(b'{"choices":[]}') is None
+    # with details, those are read, whatever the (prompt, completion) counts given say
+    detailed = (b'{"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9,'
+                b'"prompt_tokens_details":{"cached_tokens":5}}}')
+    assert usage_from(detailed, (7, 2)) == Usage(7, 5, 2, 0)
+    assert usage_from(b'{"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}', (7, 2)) == Usage(7, 0, 2, 0)
 
 
 def test_prices_in_config_per_million_per_thousand_and_per_endpoint() -> None:

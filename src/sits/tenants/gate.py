@@ -104,7 +104,8 @@ class Ticket:
                                 - self.output_tokens, round(cost * NANO) - self.reserved_nano)
         gate.metrics.used(self.key.team_id, model, table, usage, cost)
         requested = self.model
-        requested = table.aliases.get(requested, requested)
+        if requested != model:  # the model named is the one that answered: no alias to look up
+            requested = table.aliases.get(requested, requested)
         key = self.key
         # Every field, in order, without the named tuple's own __new__ (sits/tuples.py): one per request.
         gate._sink.record(new_tuple(SpendRecord, (

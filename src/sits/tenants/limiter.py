@@ -328,10 +328,9 @@ class Limiter:
             return
         answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
         for (plan, nano, member, _, future), answer in zip(admissions, answers, strict=False):
-            if future.done():
-                continue
+            outcome: Reservation | Denied
             if answer == b"1":
-                future.set_result(new_tuple(Reservation, (plan, member, "redis", ())))
+                outcome = new_tuple(Reservation, (plan, member, "redis", ()))
             elif answer[0] == 49:  # "1,<budget values>"
                 budgets = [int(v) for v in answer[2:].split(b",")]
                 known = self._known_spent
@@ -339,10 +338,14 @@ class Limiter:
                     known.clear()
                 for check, spent in zip(plan.budgets, budgets, strict=False):
                     known[check.key] = spent + nano
-                future.set_result(new_tuple(Reservation, (plan, member, "redis", budgets)))
+                outcome = new_tuple(Reservation, (plan, member, "redis", budgets))
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")
-                future.set_result(Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms)))
+                outcome = Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms))
+            try:
+                future.set_result(outcome)
+            except asyncio.InvalidStateError:  # its request went away meanwhile (the future was cancelled)
+                pass
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":
