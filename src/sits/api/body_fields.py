@@ -7,7 +7,7 @@ compiled (docs/hot-path.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from sits.errors import UnprocessableRequest
 
@@ -23,9 +23,9 @@ def chat_prompt_text(body: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-NO_NEEDS: frozenset[str] = frozenset()
-_JSON_FORMATS = ("json_object", "json_schema")
-_IMAGE_PARTS = ("image_url", "input_image")
+NO_NEEDS: Final[frozenset[str]] = frozenset()
+_JSON_FORMATS: Final = ("json_object", "json_schema")
+_IMAGE_PARTS: Final = ("image_url", "input_image")
 
 
 def chat_needs(body: Mapping[str, Any]) -> frozenset[str]:
@@ -51,8 +51,8 @@ def max_tokens_of(body: Mapping[str, Any]) -> int:
     return asked if type(asked) is int else 0
 
 
-SLA_HEADER = "x-sits-sla-ms"
-_MAX_SLA_MS = 3_600_000.0
+SLA_HEADER: Final = "x-sits-sla-ms"
+_MAX_SLA_MS: Final = 3_600_000.0
 
 
 def sla_ms_of(headers: Mapping[str, str]) -> float | None:

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Final
 
 import httptools
 
@@ -27,15 +28,15 @@ log = logging.getLogger("sits.http")
 
 ErrorRenderer = Callable[[SitsError], HttpResponse]
 
-_STATUS_LINES = {
+_STATUS_LINES: Final = {
     s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus
 }
-_MAX_PIPELINED = 16
+_MAX_PIPELINED: Final = 16
 _DONE_EVENT = b"data: [DONE]\n\n"
 # Header names as sent -> lower-case str: clients send the same few names on every request, and a
 # lookup costs less than decoding and lower-casing each one. Bounded: odd names are decoded each time.
-_HEADER_NAMES: dict[bytes, str] = {}
-_HEADER_NAMES_KEPT = 512
+_HEADER_NAMES: Final[dict[bytes, str]] = {}
+_HEADER_NAMES_KEPT: Final = 512
 
 
 @dataclass(frozen=True, slots=True)

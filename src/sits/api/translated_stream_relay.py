@@ -15,7 +15,7 @@ client's next turn finds it; pushed, the events of the chunk that ended it are h
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from sits.api import pulled_relays
 from sits.api.http_types import ChunkSink
@@ -26,7 +26,7 @@ from sits.pipeline.answer import Answer
 from sits.pipeline.cached_response import CompletionAccumulator
 from sits.state.semantic_cache import CachedCompletion
 
-CHAT_API = "/chat/completions"
+CHAT_API: Final = "/chat/completions"
 CLIENT_GONE = 499
 
 

@@ -17,7 +17,7 @@ import asyncio
 import ssl
 from collections import deque
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import httptools
 
@@ -32,8 +32,8 @@ from sits.errors import UpstreamConnectError, UpstreamConnectionLost, UpstreamPr
 TIMEOUT_RESOLUTION_S = 0.02
 # Header names as sent -> lower-case str: an upstream sends the same few names on every answer, and a
 # lookup costs less than decoding and lower-casing each. Bounded: odd names are decoded each time.
-_HEADER_NAMES: dict[bytes, str] = {}
-_HEADER_NAMES_KEPT = 512
+_HEADER_NAMES: Final[dict[bytes, str]] = {}
+_HEADER_NAMES_KEPT: Final = 512
 
 
 class Origin(NamedTuple):

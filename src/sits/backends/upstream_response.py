@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Final, Protocol, TYPE_CHECKING
 
 from sits.backends.pulled_body import pulled_body
 
 if TYPE_CHECKING:
     from sits.backends.http_client import _UpstreamConnection
 
-_PAUSE_ABOVE_BYTES = 1 << 20
+_PAUSE_ABOVE_BYTES: Final = 1 << 20
 
 
 class UpstreamBody(Protocol):

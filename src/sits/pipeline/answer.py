@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from sits.state.semantic_cache import CacheKey
 
@@ -96,12 +96,12 @@ class Answer(Protocol):
         ...
 
 
-_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_PROMPT_TOKENS: Final = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_COMPLETION_TOKENS: Final = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 # Compact JSON in the order every OpenAI-compatible server here writes: matched where `"usage":` is.
-_COMPACT_USAGE = re.compile(rb'"usage":\{"prompt_tokens":(\d+),"completion_tokens":(\d+)[,}]')
+_COMPACT_USAGE: Final = re.compile(rb'"usage":\{"prompt_tokens":(\d+),"completion_tokens":(\d+)[,}]')
 # The same order with any spacing: one search instead of two.
-_BOTH_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
+_BOTH_TOKENS: Final = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
 
 
 def usage_of(payload: bytes) -> tuple[int, int] | None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import MappingProxyType
+from typing import Final
 
 from sits.errors import UnprocessableRequest
 from sits.state.admission_config import AdmissionConfig
@@ -24,7 +25,7 @@ class Priority(IntEnum):
     P2 = 2  # batch
 
 
-CLASSES = tuple(Priority)
+CLASSES: Final = tuple(Priority)
 _SPELLINGS = {
     "p0": Priority.P0, "0": Priority.P0, "realtime": Priority.P0, "real-time": Priority.P0,
     "p1": Priority.P1, "1": Priority.P1, "interactive": Priority.P1,

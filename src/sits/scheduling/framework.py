@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import add
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from sits.scheduling.candidate_sample import CandidateSample
 from sits.scheduling.filtering import SAMPLE_EMPTY, filter_all, filter_strict
@@ -19,7 +19,7 @@ from sits.scheduling.metrics import NO_SCHEDULING_METRICS, SchedulingMetrics
 from sits.scheduling.types import EndpointView, SchedulingRequest
 from sits.tuples import new_tuple
 
-ONLY_ENDPOINT = "only endpoint"  # a decision's reason when the pool was one endpoint
+ONLY_ENDPOINT: Final = "only endpoint"  # a decision's reason when the pool was one endpoint
 DEFAULT_PICK_LIMIT = 3  # the director tries at most this many endpoints (connect-error failover)
 
 

@@ -8,11 +8,12 @@ once per refresh interval, 200 ms by default.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from sits.state.dynamic_weight import SurgeGuard, dynamic_weight
 from sits.state.engine_load import EngineLoad
 
-RECENT_LATENCIES = 256  # window for the p95; at 1k QPS that is the last quarter second
+RECENT_LATENCIES: Final = 256  # window for the p95; at 1k QPS that is the last quarter second
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -147,7 +147,7 @@ class NoTrace:
         return None
 
 
-NO_TRACE = NoTrace()
+NO_TRACE: Final = NoTrace()
 Trace = RequestTrace | NoTrace  # what a request carries: its spans, or nothing to record
 
 
