@@ -15,7 +15,7 @@ import asyncio
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -29,7 +29,11 @@ from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 PATH = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
-_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_VERSION: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# anthropic-version values found well formed: a client sends the same one on every request, and a set
+# lookup costs a fraction of a regular-expression match (bounded: a client cannot grow it)
+_VERSIONS_SEEN: Final[set[str]] = set()
+_VERSIONS_KEPT: Final = 64
 _CHARS_PER_TOKEN = 4  # the estimate when no tokenizer is loaded for the model
 
 
@@ -38,6 +42,10 @@ class MessagesRoutes:
         self._path = path
         self._tokenizers = tokenizers
         self._table = table
+        # Message ids: a random prefix per process and a counter (an id names an answer, it guards
+        # nothing; a system call per request for it is not needed)
+        self._id_prefix = "msg_" + os.urandom(8).hex()
+        self._ids_made = 0
 
     async def create(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
         try:
@@ -48,7 +56,8 @@ class MessagesRoutes:
             self._path.bad_input(exc)
             raise
         started = await self._path.run(request, request_id, "/messages", chat, stream)
-        message_id = "msg_" + os.urandom(12).hex()
+        self._ids_made += 1
+        message_id = self._id_prefix + hex(self._ids_made)[2:]
         headers = started.answer.headers()
         if stream:
             translator = MessagesStream(message_id, body["model"], started.answer.source, body.get("stop_sequences"))
@@ -79,9 +88,12 @@ class MessagesRoutes:
         version = request.headers.get("anthropic-version")
         if version is None:
             raise InvalidRequest("anthropic-version: header is required", param="anthropic-version")
-        if not _VERSION.match(version):
-            raise InvalidRequest(f"anthropic-version: {version!r} is not a version date such as 2023-06-01",
-                                 param="anthropic-version")
+        if version not in _VERSIONS_SEEN:
+            if not _VERSION.match(version):
+                raise InvalidRequest(f"anthropic-version: {version!r} is not a version date such as 2023-06-01",
+                                     param="anthropic-version")
+            if len(_VERSIONS_SEEN) < _VERSIONS_KEPT:
+                _VERSIONS_SEEN.add(version)
         if not request.body:
             raise InvalidRequest("request body is empty; expected a JSON object", param="body")
         try:

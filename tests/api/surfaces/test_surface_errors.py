@@ -70,6 +70,19 @@ async def test_messages_bad_input_is_an_anthropic_error_naming_the_field(upstrea
     assert not upstream.log.requests
 
 
+async def test_a_malformed_version_is_refused_after_good_ones_and_each_message_has_its_own_id(upstream,
+                                                                                           start_gateway):
+    """The well-formed versions seen are remembered; that lets no malformed one through."""
+    gateway = await start_gateway(one_model_config(upstream.url))
+    first = await post(gateway, "/v1/messages", GOOD_MESSAGES, CLAUDE)
+    second = await post(gateway, "/v1/messages", GOOD_MESSAGES, CLAUDE)
+    assert first.status_code == second.status_code == 200
+    ids = {first.json()["id"], second.json()["id"]}
+    assert len(ids) == 2 and all(i.startswith("msg_") for i in ids)
+    bad = await post(gateway, "/v1/messages", GOOD_MESSAGES, {**CLAUDE, "anthropic-version": "2023-6-1"})
+    assert bad.status_code == 400 and "anthropic-version" in bad.json()["error"]["message"]
+
+
 async def test_a_broken_stream_ends_with_each_surfaces_error_event(upstream, start_gateway):
     upstream.mode = "cut_stream"
     upstream.stream_chunks = 6
