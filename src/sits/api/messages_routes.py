@@ -64,8 +64,8 @@ class MessagesRoutes:
             relay = self._path.relay(started, translator)
             return StreamingResponse(200, relay, headers=headers, push=relay.push)
         completion = await self._path.read(started)
-        message = wire.message_object(completion, message_id, body["model"], body.get("stop_sequences"))
-        return HttpResponse(200, orjson.dumps(message), headers=headers)
+        return HttpResponse(200, wire.message_json(completion, message_id, body["model"], body.get("stop_sequences")),
+                            headers=headers)
 
     async def count_tokens(self, request: HttpRequest, request_id: str) -> HttpResponse:
         """Counted with the model's tokenizer (the token bridge's catalog); an estimate, said so in
