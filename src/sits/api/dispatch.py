@@ -21,6 +21,22 @@ Route = Callable[[HttpRequest, str], Awaitable[HttpResponse | StreamingResponse]
 Renderer = Callable[[SitsError], HttpResponse]
 
 
+class SerialIds:
+    """Ids unique across gateway processes without a system call each: a random prefix per instance and a
+    counter (they name a request or an answer; they guard nothing)."""
+
+    __slots__ = ("_prefix", "_made")
+
+    def __init__(self, prefix: str = "") -> None:
+        self._prefix = prefix + os.urandom(6).hex() + "-"
+        self._made = 0
+
+    def next(self) -> str:
+        self._made += 1
+        # hex() and a slice, not an f-string's `:x`: compiled, that formats through two str.format calls
+        return self._prefix + hex(self._made)[2:]
+
+
 class Dispatcher:
     """Maps (method, path) to a route; every answer carries x-request-id."""
 
@@ -36,18 +52,14 @@ class Dispatcher:
         self._prefix_routes = prefix_routes or {}
         self._before = before
         self._renderers = tuple((path, path + "/", render) for path, render in (renderers or {}).items())
-        # Request ids: a random per-gateway prefix plus a counter; unique without a syscall per request.
-        self._id_prefix = os.urandom(6).hex() + "-"
-        self._ids_made = 0
+        self._ids = SerialIds()
 
     def request_id_of(self, request: HttpRequest) -> str:
         """The client's x-request-id if it is safe to echo and forward, else a fresh one."""
         given = request.headers.get("x-request-id")
         if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
             return given
-        self._ids_made += 1
-        # hex() and a slice, not an f-string's `:x`: compiled, that formats through two str.format calls
-        return self._id_prefix + hex(self._ids_made)[2:]
+        return self._ids.next()
 
     async def __call__(self, request: HttpRequest) -> HttpResponse | StreamingResponse:
         request_id = self.request_id_of(request)

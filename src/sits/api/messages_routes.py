@@ -12,13 +12,13 @@ A create is translated to a chat completion (`sits.translate.messages`) and goes
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
 
+from sits.api.dispatch import SerialIds
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.surface_path import SurfacePath
 from sits.errors import InvalidRequest, ModelNotFound, SitsError
@@ -42,10 +42,7 @@ class MessagesRoutes:
         self._path = path
         self._tokenizers = tokenizers
         self._table = table
-        # Message ids: a random prefix per process and a counter (an id names an answer, it guards
-        # nothing; a system call per request for it is not needed)
-        self._id_prefix = "msg_" + os.urandom(8).hex()
-        self._ids_made = 0
+        self._ids = SerialIds("msg_")
 
     async def create(self, request: HttpRequest, request_id: str) -> HttpResponse | StreamingResponse:
         try:
@@ -56,16 +53,15 @@ class MessagesRoutes:
             self._path.bad_input(exc)
             raise
         started = await self._path.run(request, request_id, "/messages", chat, stream)
-        self._ids_made += 1
-        message_id = self._id_prefix + hex(self._ids_made)[2:]
+        message_id = self._ids.next()
         headers = started.answer.headers()
         if stream:
             translator = MessagesStream(message_id, body["model"], started.answer.source, body.get("stop_sequences"))
             relay = self._path.relay(started, translator)
             return StreamingResponse(200, relay, headers=headers, push=relay.push)
         completion = await self._path.read(started)
-        return HttpResponse(200, wire.message_json(completion, message_id, body["model"], body.get("stop_sequences")),
-                            headers=headers)
+        message = wire.message_object(completion, message_id, body["model"], body.get("stop_sequences"))
+        return HttpResponse(200, orjson.dumps(message), headers=headers)
 
     async def count_tokens(self, request: HttpRequest, request_id: str) -> HttpResponse:
         """Counted with the model's tokenizer (the token bridge's catalog); an estimate, said so in

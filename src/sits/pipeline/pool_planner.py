@@ -27,7 +27,8 @@ from sits.scheduling.scheduler import Scheduler
 from sits.scheduling.types import EndpointView, SchedulingRequest
 from sits.state.circuit_breaker import CircuitBreakers
 from sits.state.endpoint_health import HealthBoard
-from sits.state.endpoint_stats import StatsStore
+from sits.state.concurrency_limit import EndpointLimits
+from sits.state.endpoint_stats import EndpointStats, StatsStore
 from sits.state.routing_table import Endpoint, ModelEntry, RoutingTable
 from sits.tuples import new_tuple
 from sits.understanding.tier_rule import nearest_tiers
@@ -64,10 +65,8 @@ class PoolPlanner:
         for e in model.endpoints:
             if allowed is not None and not allowed(e):
                 continue
-            s = self._stats.get(e.id)
+            s = self._observed(e.id, limits)
             engine = s.engine
-            if limits is not None and engine is not None:
-                limits.get(e.id).observe_engine(engine)  # engine queue / KV-cache pressure caps the limit
             # Every field, in order, without the named tuple's own __new__ (sits/tuples.py): one per endpoint
             # per request.
             views.append(new_tuple(EndpointView, (
@@ -78,6 +77,14 @@ class PoolPlanner:
                 s.dynamic_weight, features, context_window, tier, price, sla_ms,
             )))
         return views
+
+    def _observed(self, endpoint_id: str, limits: EndpointLimits | None) -> EndpointStats:
+        """An endpoint's live stats, its engine's reading (queue, KV-cache pressure) passed to its admission
+        limit, which it caps."""
+        stats = self._stats.get(endpoint_id)
+        if limits is not None and stats.engine is not None:
+            limits.get(endpoint_id).observe_engine(stats.engine)
+        return stats
 
     def model(self, model: ModelEntry, request: RoutingRequest, now: float, allowed: Allowed | None = None,
               kind: PlanKind = "primary") -> Plan:
@@ -129,11 +136,7 @@ class PoolPlanner:
         as the views say); what the views do per request besides (an engine's load capping its admission
         limit, the decision counted) is done here too."""
         endpoint = model.endpoints[0]
-        limits = self._admission.limits if self._admission is not None else None
-        if limits is not None:
-            engine = self._stats.get(endpoint.id).engine
-            if engine is not None:
-                limits.get(endpoint.id).observe_engine(engine)
+        self._observed(endpoint.id, self._admission.limits if self._admission is not None else None)
         if not (self._health.available(endpoint.id, now) and self._breakers.allows(endpoint.id, now)):
             return Plan(model, (), kind)
         plan = plans[kind]

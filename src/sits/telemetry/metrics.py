@@ -80,10 +80,7 @@ class Tally:
         return count
 
     def inc(self, key: tuple[str, ...], amount: float = 1.0) -> None:
-        count = self.values.get(key)
-        if count is None:
-            count = self.values[key] = Count()
-        count.value += amount
+        self.count(key).value += amount
 
     def value(self, key: tuple[str, ...]) -> float:
         count = self.values.get(key)

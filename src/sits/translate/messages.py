@@ -1,8 +1,7 @@
 """The Anthropic Messages API (client side) <-> chat completions.
 
 - `chat_request(body)`: a Messages create body as a chat/completions body.
-- `message_object(completion)`: a chat completion as a Messages `message`; `message_json`, the same as
-  JSON bytes.
+- `message_object(completion)`: a chat completion as a Messages `message`.
 - `stop_of(finish, matched, stop_sequences)`: a chat finish_reason (and the stop string the server
   says it matched) as a Messages stop_reason and stop_sequence (`translate/messages_stream.py` writes
   the stream).
@@ -20,7 +19,7 @@ import orjson
 
 from sits.errors import InvalidRequest
 from sits.translate.chat_stream import matched_stop
-from sits.translate.usage import anthropic_usage, chat_counts
+from sits.translate.usage import anthropic_usage
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                 "content_filter": "refusal"}
@@ -238,46 +237,6 @@ def message_object(completion: Any, message_id: str, model: str, stop_sequences:
             "model": completion.get("model") if isinstance(completion.get("model"), str) else model,
             "content": content, "stop_reason": reason, "stop_sequence": sequence,
             "usage": anthropic_usage(completion.get("usage"))}
-
-
-# An answer of text alone, as orjson writes `message_object`'s dict: the same keys in the same order.
-_TEXT_MESSAGE = (b'{"id":%b,"type":"message","role":"assistant","model":%b,"content":[{"type":"text","text":%b}],'
-                 b'"stop_reason":%b,"stop_sequence":%b,"usage":{"input_tokens":%d,"output_tokens":%d,'
-                 b'"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d}}')
-
-
-def message_json(completion: Any, message_id: str, model: str, stop_sequences: Any = None) -> bytes:
-    """`message_object` as JSON bytes. An answer of text alone (no thinking, no tool calls: most answers)
-    is written from one template, without building the message's dicts and dumping them."""
-    text = _text_alone(completion)
-    if text is None:
-        return orjson.dumps(message_object(completion, message_id, model, stop_sequences))
-    choice: dict[str, Any] = completion["choices"][0]
-    reason, sequence = stop_of(choice.get("finish_reason"), matched_stop(choice), stop_sequences)
-    prompt, output, cached, creation, _ = chat_counts(completion.get("usage"))
-    answered = completion.get("model")
-    return _TEXT_MESSAGE % (orjson.dumps(message_id), orjson.dumps(answered if isinstance(answered, str) else model),
-                            orjson.dumps(text), orjson.dumps(reason),
-                            b"null" if sequence is None else orjson.dumps(sequence),
-                            max(0, prompt - cached - creation), output, cached, creation)
-
-
-def _text_alone(completion: Any) -> str | None:
-    """The answer's text when its message is that and nothing else (as `message_object` reads it)."""
-    if not isinstance(completion, dict):
-        return None
-    choices = completion.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None
-    message = choices[0].get("message")
-    if not isinstance(message, dict):
-        return None
-    text = message.get("content")
-    if not isinstance(text, str) or not text or isinstance(message.get("thinking_blocks"), list) \
-            or message.get("tool_calls"):
-        return None
-    reasoning = message.get("reasoning_content")
-    return None if isinstance(reasoning, str) and reasoning else text
 
 
 def _arguments(raw: Any) -> Any:
