@@ -148,8 +148,10 @@ class Gateway:
             allow_loopback=control.allow_loopback,
             allowed_private=tuple(ipaddress.ip_network(c, strict=False) for c in control.allowed_private_cidrs),
         )
-        self._pool = ConnectionPool()  # endpoints the operator configured
-        self._guarded_pool = ConnectionPool(address_policy=self._policy)  # endpoints registered at runtime
+        idle_s = config.server.upstream_keep_alive_s
+        self._pool = ConnectionPool(idle_timeout_s=idle_s)  # endpoints the operator configured
+        # endpoints registered at runtime
+        self._guarded_pool = ConnectionPool(address_policy=self._policy, idle_timeout_s=idle_s)
         # llama.cpp KV caches moved off a draining endpoint (automatic only with kv_migration.enabled)
         kv = config.kv_migration
         self.kv_migrator = KvMigrator(LlamaCppSlots(self._pool, self._guarded_pool, kv.timeout_s), kv, self._clock)

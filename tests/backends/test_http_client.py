@@ -180,3 +180,50 @@ async def test_a_refused_connection_drops_what_is_pooled_for_that_origin(pool):
     with pytest.raises(UpstreamConnectError):
         await pool._connect(origin, Timeouts(connect=2))
     assert pool.idle_connections() == 0 and conn.closed
+
+
+async def _idle_pair(pool: ConnectionPool, port: int) -> tuple[_UpstreamConnection, _UpstreamConnection]:
+    origin = Origin("http", "127.0.0.1", port)
+    older, newer = await pool._connect(origin, Timeouts(connect=2)), await pool._connect(origin, Timeouts(connect=2))
+    pool._release(older)
+    pool._release(newer)
+    return older, newer
+
+
+async def test_connections_idle_for_the_timeout_are_closed_and_the_newest_is_kept():
+    """Idle keep-alive connections are closed once idle for the timeout (before the upstream server's own
+    keep-alive closes them), oldest first; one released since stays pooled."""
+    pool = ConnectionPool(idle_timeout_s=60.0)
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    try:
+        older, newer = await _idle_pair(pool, server.sockets[0].getsockname()[1])
+        loop = asyncio.get_running_loop()
+        older.idle_since = loop.time() - 61.0  # idle past the timeout; `newer` only just released
+        pool._expire_idle(loop)
+        assert older.closed and not newer.closed
+        assert pool.idle_connections() == 1
+        assert pool._expiry is not None  # armed again for `newer`
+        newer.idle_since = loop.time() - 61.0
+        pool._expire_idle(loop)
+        assert newer.closed and pool.idle_connections() == 0
+        assert pool._expiry is None  # nothing idle: no timer ticking
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_idle_expiry_runs_by_itself():
+    pool = ConnectionPool(idle_timeout_s=0.05)
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    try:
+        older, newer = await _idle_pair(pool, server.sockets[0].getsockname()[1])
+        for _ in range(200):  # at most 10 s: the timer is due after 0.05 s
+            if pool.idle_connections() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert older.closed and newer.closed and pool._expiry is None
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()

@@ -34,6 +34,10 @@ TIMEOUT_RESOLUTION_S = 0.02
 # lookup costs less than decoding and lower-casing each. Bounded: odd names are decoded each time.
 _HEADER_NAMES: Final[dict[bytes, str]] = {}
 _HEADER_NAMES_KEPT: Final = 512
+# An idle keep-alive connection is closed after this long: under the 5 s after which uvicorn (vLLM,
+# SGLang) and llama-server close one themselves, so the gateway never sends onto a connection the
+# server is closing, and the connections a burst opened do not stay held once it has passed.
+IDLE_TIMEOUT_S: Final = 4.0
 
 
 class Origin(NamedTuple):
@@ -78,6 +82,7 @@ class _UpstreamConnection(asyncio.Protocol):
         self._first_token_s = 0.0
         self.closed = False
         self.reused = False
+        self.idle_since = 0.0  # loop time it went back to the pool
         self.paused = False  # reading paused because the body buffer is full (see `on_body`)
 
     # -- protocol ------------------------------------------------------------
@@ -226,9 +231,14 @@ class ConnectionPool:
         max_idle_per_origin: int = 256,
         ssl_context: ssl.SSLContext | None = None,
         address_policy: AddressPolicy | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
+        # Per origin, oldest first: a request takes the newest (the right end), so under light load the
+        # same few stay warm and the surplus ages at the left end, where the expiry looks.
         self._idle: dict[Origin, deque[_UpstreamConnection]] = {}
         self._max_idle = max_idle_per_origin
+        self._idle_timeout = idle_timeout_s
+        self._expiry: asyncio.TimerHandle | None = None  # armed while any connection is idle
         self._ssl_context = ssl_context
         self._address_policy = address_policy
         self._closing = False
@@ -262,8 +272,28 @@ class ConnectionPool:
         idle = self._idle.setdefault(conn._origin, deque())
         if self._closing or len(idle) >= self._max_idle:
             conn.abort()
+            return
+        loop = conn._loop
+        conn.idle_since = loop.time()
+        idle.append(conn)
+        if self._expiry is None:
+            self._expiry = loop.call_at(conn.idle_since + self._idle_timeout, self._expire_idle, loop)
+
+    def _expire_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the connections idle for the timeout; come back when the next one will have been."""
+        now = loop.time()
+        oldest: float | None = None
+        for idle in self._idle.values():
+            while idle and (idle[0].closed or idle[0].idle_since + self._idle_timeout <= now):
+                idle.popleft().abort()
+            if idle and (oldest is None or idle[0].idle_since < oldest):
+                oldest = idle[0].idle_since
+        if oldest is not None:
+            # Not sooner than a tenth of the timeout from now: a steady trickle of releases is swept in batches.
+            due = max(oldest + self._idle_timeout, now + self._idle_timeout / 10)
+            self._expiry = loop.call_at(due, self._expire_idle, loop)
         else:
-            idle.append(conn)
+            self._expiry = None
 
     async def _connect(self, origin: Origin, timeouts: Timeouts) -> _UpstreamConnection:
         loop = asyncio.get_running_loop()
@@ -340,6 +370,9 @@ class ConnectionPool:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for idle in self._idle.values():
             while idle:
                 idle.pop().abort()

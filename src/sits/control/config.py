@@ -122,6 +122,9 @@ class ServerConfig(Strict):
     max_body_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
     max_header_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
     keep_alive_timeout_s: PositiveFloat = 75.0
+    # Idle connections to model servers are closed after this: under the 5 s after which uvicorn (vLLM,
+    # SGLang) and llama-server close them, so a request never goes onto one the server is closing.
+    upstream_keep_alive_s: PositiveFloat = 4.0
     drain_timeout_s: PositiveFloat = 30.0
     # Data-plane keys: the name of an environment variable holding comma-separated client keys.
     # Unset: the data plane is open (as on a laptop).

@@ -53,10 +53,11 @@ def validate(body: Any) -> dict[str, Any]:
         raise _bad("max_tokens: Field required (a positive integer)", "max_tokens")
     if not isinstance(body.get("messages"), list):
         raise _bad("messages: Field required (a list of messages)", "messages")
-    for name in ("temperature", "top_p"):
+    for name, top in (("temperature", 2), ("top_p", 1)):
         value = body.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise _bad(f"{name}: must be a number", name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 <= value <= top):
+            raise _bad(f"{name}: must be a number from 0 to {top}", name)
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
         raise _bad("top_k: must be an integer", "top_k")
@@ -178,6 +179,8 @@ def chat_request(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     system = body.get("system")
     if system:
         messages.insert(0, {"role": "system", "content": _text_of(system, "system")})
+    if not messages:
+        raise _bad("messages: at least one message with content is required", "messages")
     chat: dict[str, Any] = {"model": body["model"], "messages": messages, "max_tokens": body["max_tokens"]}
     if stream:
         chat["stream"] = True

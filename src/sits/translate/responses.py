@@ -34,10 +34,17 @@ def validate(body: Any) -> dict[str, Any]:
         raise _bad("'model' is required and must be a non-empty string", "model")
     if "input" not in body:
         raise _bad("'input' is required: a string or a list of input items", "input")
-    for name in ("temperature", "top_p"):
+    for name, top in (("temperature", 2), ("top_p", 1)):
         value = body.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise _bad(f"'{name}' must be a number", name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 <= value <= top):
+            raise _bad(f"'{name}' must be a number from 0 to {top}", name)
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise _bad("'seed' must be an integer", "seed")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise _bad("'user' must be a string", "user")
     tokens = body.get("max_output_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise _bad("'max_output_tokens' must be a positive integer", "max_output_tokens")
@@ -209,6 +216,8 @@ def chat_request(body: dict[str, Any], history: list[dict[str, Any]], stream: bo
     instructions = body.get("instructions")
     prefix = [{"role": "system", "content": instructions}] if instructions else []
     chat: dict[str, Any] = {"model": body["model"], "messages": [*prefix, *history, *messages]}
+    if not chat["messages"]:
+        raise _bad("'input' holds no message for the model (and there are no instructions)", "input")
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}

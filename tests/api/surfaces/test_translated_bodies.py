@@ -1,0 +1,141 @@
+"""A Responses or Messages create body that its surface accepts translates to a valid chat body: the
+request path routes the translation without validating it again (`api/surface_path.py`), so the
+translators must check what every chat field needs. Property tests over bodies that mix well-formed
+and malformed fields: each either is refused with an error naming a field, or becomes a chat body that
+the chat schema accepts unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from sits.api.schemas import CHAT_COMPLETION
+from sits.errors import InvalidRequest
+from sits.translate import messages as messages_wire
+from sits.translate import responses as responses_wire
+
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# JSON values as orjson reads them from a client (no NaN or infinities: JSON has none)
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-3, 3, allow_nan=False),
+                    st.sampled_from(["", "x", "hello"]))
+json_values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "type", "text"]), inner, max_size=3)),
+    max_leaves=6)
+texts = st.sampled_from(["", "hi", "a longer text"])
+numbers = st.one_of(st.sampled_from([0, 1, 2, 0.0, 0.5, 1.0, 1.5, 2.0, -0.5, 2.5]), st.floats(-1, 3, allow_nan=False))
+
+
+def mostly(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """`good` mostly, now and then any JSON value."""
+    return st.sampled_from(range(16)).flatmap(lambda n: json_values if n == 15 else good)
+
+
+def maybe(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Dicts holding any subset of `fields`, each mostly well-formed (`mostly`): most bodies get far
+    enough to be translated, and the translations meet the odd value in every field."""
+    return st.fixed_dictionaries({}, optional={name: mostly(value) for name, value in fields.items()})
+
+
+def needs(required: dict[str, st.SearchStrategy[Any]], optional: st.SearchStrategy[dict[str, Any]]
+          ) -> st.SearchStrategy[dict[str, Any]]:
+    """A body with the `required` fields (each mostly well-formed) and some `optional` ones."""
+    return st.tuples(st.fixed_dictionaries({name: mostly(value) for name, value in required.items()}),
+                     optional).map(lambda pair: {**pair[0], **pair[1]})
+
+
+# -- Messages --------------------------------------------------------------------------------------
+
+text_blocks = st.lists(mostly(maybe(type=st.just("text"), text=texts)), max_size=2)
+blocks = mostly(st.one_of(
+    maybe(type=st.just("text"), text=texts),
+    maybe(type=st.just("image"), source=maybe(type=st.sampled_from(["base64", "url", "file"]), media_type=texts,
+                                              data=texts, url=texts)),
+    maybe(type=st.just("tool_use"), id=texts, name=texts, input=json_values),
+    maybe(type=st.just("tool_result"), tool_use_id=texts, content=st.one_of(texts, text_blocks),
+          is_error=st.booleans()),
+    maybe(type=st.sampled_from(["thinking", "redacted_thinking"]), thinking=texts, signature=texts),
+    maybe(type=st.sampled_from(["video", "document"])),
+))
+anthropic_messages = st.lists(mostly(needs({"role": st.sampled_from(["user", "assistant"] * 3 + ["system"]),
+                                            "content": st.one_of(texts, st.lists(blocks, max_size=3))}, st.just({}))),
+                              min_size=1, max_size=3)
+messages_bodies = needs({"model": st.sampled_from(["m1"] * 7 + [""]), "max_tokens": st.sampled_from([1, 16, 64, 100]),
+                         "messages": anthropic_messages}, maybe(
+    system=st.one_of(texts, text_blocks),
+    temperature=numbers, top_p=numbers, top_k=st.integers(0, 50),
+    stop_sequences=st.lists(texts, max_size=2),
+    metadata=maybe(user_id=st.one_of(texts, st.none())),
+    tools=st.lists(mostly(maybe(name=texts, type=st.sampled_from(["custom", "bash"]), input_schema=json_values,
+                                description=texts)), max_size=2),
+    tool_choice=maybe(type=st.sampled_from(["auto", "any", "tool", "none", "maybe"]), name=texts,
+                      disable_parallel_tool_use=st.booleans()),
+    thinking=maybe(type=st.just("enabled"), budget_tokens=st.integers(0, 2048)),
+    stream=st.booleans(),
+))
+
+
+@SETTINGS
+@given(body=messages_bodies)
+def test_a_messages_body_is_refused_naming_a_field_or_translated_to_a_valid_chat_body(body):
+    try:
+        checked = messages_wire.validate(body)
+        chat = messages_wire.chat_request(checked, checked.get("stream") is True)
+    except InvalidRequest as exc:
+        assert exc.param
+        event("refused")
+        return
+    event("translated")
+    assert CHAT_COMPLETION.parse(orjson.dumps(chat)) == chat
+
+
+# -- Responses -------------------------------------------------------------------------------------
+
+parts = mostly(st.one_of(
+    maybe(type=st.sampled_from(["input_text", "output_text", "text"]), text=texts),
+    maybe(type=st.just("refusal"), refusal=texts),
+    maybe(type=st.just("input_image"), image_url=texts, detail=texts),
+    maybe(type=st.sampled_from(["input_file", "audio"])),
+))
+items = mostly(st.one_of(
+    maybe(type=st.just("message"), role=st.sampled_from(["user", "assistant", "system", "developer", "tool"]),
+          content=st.one_of(texts, st.lists(parts, max_size=3))),
+    maybe(role=st.sampled_from(["user", "assistant"]), content=st.one_of(texts, st.lists(parts, max_size=2))),
+    maybe(type=st.just("function_call"), call_id=texts, name=texts, arguments=texts),
+    maybe(type=st.just("function_call_output"), call_id=texts, output=json_values),
+    maybe(type=st.sampled_from(["reasoning", "computer_call"]), summary=json_values),
+))
+history = st.sampled_from([[], [{"role": "user", "content": "before"}, {"role": "assistant", "content": "ok"}]])
+responses_bodies = needs({"model": st.sampled_from(["m1"] * 7 + [""]),
+                          "input": st.one_of(texts, st.lists(items, max_size=3))}, maybe(
+    instructions=texts,
+    temperature=numbers, top_p=numbers, seed=st.integers(-5, 5),
+    user=texts,
+    max_output_tokens=st.sampled_from([1, 16, 64, 100]),
+    parallel_tool_calls=st.booleans(),
+    stream=st.booleans(),
+    store=st.booleans(),
+    tools=st.lists(mostly(maybe(type=st.sampled_from(["function", "web_search"]), name=texts,
+                                parameters=json_values, description=texts, strict=st.booleans())), max_size=2),
+    tool_choice=st.one_of(st.sampled_from(["auto", "none", "required", "sometimes"]),
+                          maybe(type=st.sampled_from(["function", "file_search"]), name=texts)),
+    text=maybe(format=maybe(type=st.sampled_from(["text", "json_object", "json_schema", "yaml"]), name=texts,
+                            schema=json_values, strict=st.booleans(), description=texts)),
+))
+
+
+@SETTINGS
+@given(body=responses_bodies, earlier=history)
+def test_a_responses_body_is_refused_naming_a_field_or_translated_to_a_valid_chat_body(body, earlier):
+    try:
+        checked = responses_wire.validate(body)
+        chat, _ = responses_wire.chat_request(checked, earlier, checked.get("stream") is True)
+    except InvalidRequest as exc:
+        assert exc.param
+        event("refused")
+        return
+    event("translated")
+    assert CHAT_COMPLETION.parse(orjson.dumps(chat)) == chat
