@@ -44,7 +44,9 @@ from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa
 
 MAX_IN_FLIGHT = 512  # the open loop never holds more requests than this (a stalled gateway cannot run it away)
 RESTART_GRACE_S = 5.0  # client errors this close to the upstream restart are the restart's, not a defect
-QUIET_S = 5.0  # idle time before an idle sample: closed client connections are gone from the gateway by then
+# Idle time before an idle sample: closed client connections are gone from the gateway, and the gateway's
+# heap trim (every `server.heap_trim_s`, 30 s by default) has given back what they freed.
+QUIET_S = 35.0
 FD_SLACK = 16  # descriptors above the first idle sample still counted as flat, beyond the pooled upstream ones
 TASK_SLACK = 4
 

@@ -96,6 +96,7 @@ from sits.state.response_store import build_response_store
 from sits.state.semantic_cache_factory import build_semantic_cache
 from sits.telemetry.decision_log import DecisionLog
 from sits.telemetry.metrics import GatewayMetrics, NoMetrics
+from sits.runtime.heap_trim import HeapTrim
 from sits.runtime.runnable import BackgroundTask, Runnable, SyncStart
 from sits.runtime.worker_share import WorkerShare
 from sits.telemetry.tracing import Tracing, TracingSettings
@@ -354,6 +355,9 @@ class Gateway:
             self._background.append(SyncStart("sits-worker-share", self._worker_share))
         if tenants is not None:
             self._background += tenants.background()
+        self.heap_trim = HeapTrim(config.server.heap_trim_s)
+        if self.heap_trim.available and config.server.heap_trim_s > 0:
+            self._background.append(BackgroundTask("sits-heap-trim", self.heap_trim.run))
 
     # -- state the layers read ------------------------------------------------
 

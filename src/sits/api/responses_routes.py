@@ -17,13 +17,13 @@ any other endpoint answers it 404.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from sits.api.auth import DataPlaneKeys
+from sits.api.dispatch import RandomIds
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.surface_path import Started, SurfacePath, passed_through
 from sits.errors import InvalidRequest, MethodNotAllowed, NotFound, SitsError
@@ -40,8 +40,12 @@ PREFIX = "/v1/responses/"
 INPUT_ITEMS = "/input_items"
 
 
+_RESPONSE_IDS: Final = RandomIds("resp_", 12)
+
+
 def new_response_id() -> str:
-    return "resp_" + os.urandom(12).hex()
+    """A response id: the key the response is stored under, so it cannot be guessed."""
+    return _RESPONSE_IDS.next()
 
 
 class ResponsesRoutes:

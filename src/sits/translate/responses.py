@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -18,11 +18,20 @@ from sits.errors import InvalidRequest
 from sits.translate.usage import responses_usage
 
 _CHAT_PASSTHROUGH = ("temperature", "top_p", "user", "parallel_tool_calls", "seed")
+# What an SDK sends for `create(model=..., input=...)`, with or without `stream` and `store` (`plain`): a
+# body of these fields alone has no other field to check, translate or restate, so each step skips their reads.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 def _bad(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(message, param=param)
+
+
+def plain(body: dict[str, Any]) -> bool:
+    """Whether `body` holds no field beyond model, input, stream and store."""
+    size = len(body)
+    # four lookups of keys that are there anyway: cheaper, compiled, than walking the body against a set
+    return size <= 4 and ("model" in body) + ("input" in body) + ("stream" in body) + ("store" in body) == size
 
 
 def validate(body: Any) -> dict[str, Any]:
@@ -34,6 +43,10 @@ def validate(body: Any) -> dict[str, Any]:
         raise _bad("'model' is required and must be a non-empty string", "model")
     if "input" not in body:
         raise _bad("'input' is required: a string or a list of input items", "input")
+    if plain(body):
+        stream, store = body.get("stream"), body.get("store")
+        if (stream is None or type(stream) is bool) and (store is None or type(store) is bool):
+            return body
     for name, top in (("temperature", 2), ("top_p", 1)):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
@@ -204,11 +217,13 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 def chat_request(body: dict[str, Any], history: list[dict[str, Any]], stream: bool,
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(chat body, this request's input items). `history`: the chat messages of the conversation
+    """(chat body, this request's input items: kept in the store, so none for a text input that is not
+    stored). `history`: the chat messages of the conversation
     `previous_response_id` continues (its inputs and outputs), already in chat form."""
     value = body["input"]
     if type(value) is str:  # the common case: one user message, no item to convert
-        items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+        items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}] \
+            if body.get("store") is not False else []
         messages = [{"role": "user", "content": value}]
     else:
         items = input_items(body)
@@ -221,6 +236,8 @@ def chat_request(body: dict[str, Any], history: list[dict[str, Any]], stream: bo
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
+    if plain(body):
+        return chat, items
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     for name in _CHAT_PASSTHROUGH:
@@ -251,9 +268,18 @@ def output_items(text: str, calls: list[tuple[str, str, str]], response_id: str)
 
 
 def message_item(response_id: str, text: str, status: str) -> dict[str, Any]:
-    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" else []
-    return {"type": "message", "id": "msg_" + response_id[5:], "status": status, "role": "assistant",
-            "content": content}
+    content: list[dict[str, Any]] = []
+    if status == "completed":
+        part = _TEXT_PART.copy()  # a dict copied costs less than one built; its empty lists are shared, never written
+        part["text"] = text
+        content.append(part)
+    item = _MESSAGE_ITEM.copy()
+    item["id"], item["status"], item["content"] = "msg_" + response_id[5:], status, content
+    return item
+
+
+_TEXT_PART: Final[dict[str, Any]] = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+_MESSAGE_ITEM: Final[dict[str, Any]] = {"type": "message", "id": "", "status": "", "role": "assistant", "content": []}
 
 
 def call_item(response_id: str, index: int, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
@@ -277,6 +303,20 @@ def response_fields(request: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+def fields_json(request: dict[str, Any]) -> bytes:
+    """`response_fields` as the JSON members a response object's byte template takes (a stream writes
+    the response in several snapshots); a plain request's are one of three constants."""
+    if plain(request):
+        store = request.get("store", True)
+        if store is None or type(store) is bool:
+            return _PLAIN_FIELDS_JSON[store]
+    return orjson.dumps(response_fields(request))[1:-1]
+
+
+_PLAIN_FIELDS_JSON: Final[dict[bool | None, bytes]] = {
+    store: orjson.dumps(response_fields({"store": store}))[1:-1] for store in (True, False, None)}
+
+
 def incomplete_details(status: str, finish: str | None) -> dict[str, Any] | None:
     return {"reason": _INCOMPLETE.get(finish or "", "max_output_tokens")} if status == "incomplete" else None
 
@@ -284,9 +324,39 @@ def incomplete_details(status: str, finish: str | None) -> dict[str, Any] | None
 def response_object(response_id: str, created: int, model: str, request: dict[str, Any], status: str,
                     output: list[dict[str, Any]], usage: Any, finish: str | None,
                     error: dict[str, Any] | None = None) -> dict[str, Any]:
+    template = _plain_template(request)
+    if template is None:
+        return _response_object(response_id, created, model, request, status, output, usage, finish, error)
+    response = template.copy()  # its fields in order; the ones of this answer written over
+    response["id"], response["created_at"], response["status"], response["model"] = response_id, created, status, model
+    response["output"], response["error"] = output, error
+    response["incomplete_details"] = incomplete_details(status, finish)
+    response["usage"] = responses_usage(usage) if usage is not None else None
+    return response
+
+
+def _response_object(response_id: str, created: int, model: str, request: dict[str, Any], status: str,
+                     output: list[dict[str, Any]], usage: Any, finish: str | None,
+                     error: dict[str, Any] | None) -> dict[str, Any]:
     return {"id": response_id, "object": "response", "created_at": created, "status": status, "model": model,
             "output": output, "error": error, "incomplete_details": incomplete_details(status, finish),
             **response_fields(request), "usage": responses_usage(usage) if usage is not None else None}
+
+
+def _plain_template(request: dict[str, Any]) -> dict[str, Any] | None:
+    """A plain request's response object as written for it, but for the answer's own fields (which
+    `response_object` writes over): one per value of `store`. Copies share its empty `tools`, `text`
+    and `metadata`, which nothing writes into."""
+    if plain(request):
+        store = request.get("store", True)
+        if store is None or type(store) is bool:
+            return _PLAIN_RESPONSES[store]
+    return None
+
+
+_PLAIN_RESPONSES: Final[dict[bool | None, dict[str, Any]]] = {
+    store: _response_object("", 0, "", {"store": store}, "completed", [], None, None, None)
+    for store in (True, False, None)}
 
 
 def status_of(finish: str | None) -> str:

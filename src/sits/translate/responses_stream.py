@@ -15,7 +15,7 @@ import orjson
 
 from sits.errors import UpstreamProtocolError
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
-from sits.translate.responses import assistant_message, call_item, incomplete_details, response_fields, status_of
+from sits.translate.responses import assistant_message, call_item, fields_json, incomplete_details, status_of
 from sits.translate.usage import responses_usage
 
 
@@ -63,7 +63,7 @@ class ResponsesStream:
         self._created = created
         self._request = request
         self._model = request["model"]
-        self._fields = orjson.dumps(response_fields(request))[1:-1]
+        self._fields = fields_json(request)
         self._reader = ChatStreamReader(source)
         self._sequence = 0
         self._started = False

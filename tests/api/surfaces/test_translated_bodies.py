@@ -139,3 +139,48 @@ def test_a_responses_body_is_refused_naming_a_field_or_translated_to_a_valid_cha
         return
     event("translated")
     assert CHAT_COMPLETION.parse(orjson.dumps(chat)) == chat
+
+
+plain_bodies = needs({"model": st.sampled_from(["m1"] * 7 + [""]),
+                      "input": st.one_of(texts, st.lists(items, max_size=3))},
+                     maybe(stream=st.booleans(), store=st.booleans()))
+
+
+def _outcome(step, *args):
+    try:
+        return step(*args)
+    except InvalidRequest as exc:
+        return ("refused", exc.param, exc.message)
+
+
+@SETTINGS
+@given(body=plain_bodies, earlier=history)
+def test_a_plain_responses_body_takes_the_short_way_to_the_same_result(body, earlier):
+    """A body of model, input, stream and store alone skips the reads of every other field: each step
+    gives what it gives the same body with one more (ignored) field, which goes the long way."""
+    longer = {**body, "unknown_extra": None}
+    assert responses_wire.plain(body) and not responses_wire.plain(longer)
+    assert _outcome(lambda b: responses_wire.validate(b) is b, body) == \
+        _outcome(lambda b: responses_wire.validate(b) is b, longer)
+    assert _outcome(responses_wire.chat_request, body, earlier, True) == \
+        _outcome(responses_wire.chat_request, longer, earlier, True)
+    assert responses_wire.response_fields(body) == responses_wire.response_fields(longer)
+
+
+@SETTINGS
+@given(body=plain_bodies)
+def test_a_plain_requests_fields_are_written_as_the_long_way_writes_them(body):
+    assert responses_wire.fields_json(body) == responses_wire.fields_json({**body, "unknown_extra": None})
+
+
+@SETTINGS
+@given(body=plain_bodies, text=texts, finish=st.sampled_from(["stop", "length", None]),
+       usage=st.one_of(st.none(), st.just({}), st.just({"prompt_tokens": 3, "completion_tokens": 5})))
+def test_a_plain_requests_response_object_is_the_one_the_long_way_writes(body, text, finish, usage):
+    """Field by field and in the same order: a plain request's object starts as a copy of a template."""
+    output = responses_wire.output_items(text, [], "resp_1")
+    status = responses_wire.status_of(finish)
+    short = responses_wire.response_object("resp_1", 7, "m1", body, status, output, usage, finish)
+    longer = responses_wire.response_object("resp_1", 7, "m1", {**body, "unknown_extra": None}, status, output,
+                                            usage, finish)
+    assert list(short.items()) == list(longer.items())
