@@ -281,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
             config = Path(tmp) / "sits.yaml"
             config.write_text(json.dumps({
                 "control": {"allow_loopback": True},
+                # The open loop never holds more than MAX_IN_FLIGHT requests: a queue that size never sheds
+                # them with 429 `queue_full` during a stall. Shedding is admission's job, tested on its own
+                # (bench_priority_flood.py); here it would count as client errors that are not leaks.
+                "admission": {"queue_size": {"P1": MAX_IN_FLIGHT}},
                 "models": [{"name": "soak", "endpoints": [
                     {"url": f"http://127.0.0.1:{up_a_port}/v1", "upstream_model": "bench-model"},
                     {"url": f"http://127.0.0.1:{up_b_port}/v1", "upstream_model": "bench-model"}]}]}))

@@ -356,7 +356,7 @@ class Gateway:
         if tenants is not None:
             self._background += tenants.background()
         self.heap_trim = HeapTrim(config.server.heap_trim_s)
-        if self.heap_trim.available and config.server.heap_trim_s > 0:
+        if config.server.heap_trim_s > 0:
             self._background.append(BackgroundTask("sits-heap-trim", self.heap_trim.run))
 
     # -- state the layers read ------------------------------------------------

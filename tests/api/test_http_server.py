@@ -4,6 +4,8 @@ them, and never counts an idle keep-alive connection as busy (shutdown must not 
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import orjson
 
@@ -59,3 +61,39 @@ async def test_shutdown_closes_idle_keep_alive_connections_without_waiting_for_t
     await asyncio.wait_for(gateway.stop(), 10)
     assert await asyncio.wait_for(reader.read(), 5) == b""  # the gateway closed it
     writer.close()
+
+
+async def _freed_without_the_collector(gateway, send: bytes) -> None:
+    """One request on a fresh connection, closed by the client; the connection's protocol must be freed
+    by reference counting alone (the cyclic collector is off meanwhile)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.bound_port)
+    for _ in range(200):  # at most 2 s for the gateway to accept it
+        if gateway._tracker.connections:
+            break
+        await asyncio.sleep(0.01)
+    (protocol,) = gateway._tracker.connections
+    alive = weakref.ref(protocol)
+    del protocol
+    writer.write(send)
+    head, _ = await read_response(reader)
+    assert b"200 OK" in head
+    writer.close()
+    for _ in range(200):  # at most 2 s for the close to reach the gateway and its task to end
+        if not gateway._tracker.connections and alive() is None:
+            break
+        await asyncio.sleep(0.01)
+    assert not gateway._tracker.connections
+    assert alive() is None, [type(r).__name__ for r in gc.get_referrers(alive())]
+
+
+async def test_a_closed_connection_is_freed_without_the_cyclic_collector(upstream, start_gateway):
+    # A burst of connections must not leave its protocols (and their parsers, buffers and tasks) for the
+    # collector to find later: with the gateway's raised collection threshold that can be long after.
+    gateway = await start_gateway(one_model_config(upstream.url))
+    gc.collect()
+    gc.disable()
+    try:
+        await _freed_without_the_collector(gateway, post(CHAT, chat_body("kept alive, then closed")))
+        await _freed_without_the_collector(gateway, post(CHAT, chat_body("closed"), b"connection: close\r\n"))
+    finally:
+        gc.enable()

@@ -58,6 +58,11 @@ class _Rejected(Exception):
         self.error = error
 
 
+# What a closed connection's protocol holds instead of its own parser (never fed: no data comes after
+# `connection_lost`).
+_DETACHED_PARSER: Final = httptools.HttpRequestParser(object())
+
+
 class HttpServerProtocol(asyncio.Protocol):
     """One client connection. Requests on it are answered in order."""
 
@@ -103,11 +108,15 @@ class HttpServerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        # The parser holds this protocol's callbacks, and so this protocol: without the swap the pair is
+        # a cycle, freed only by the cyclic collector, which a burst of closed connections can outrun.
+        self._parser = _DETACHED_PARSER
         if self._linger is not None:
             self._linger.cancel()
         self._tracker.connections.discard(self)
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client went away: stop its upstream work too
+        self._task = None  # a cancelled task's exception holds its frames, and they this protocol
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_exception(ConnectionResetError("client disconnected"))
 

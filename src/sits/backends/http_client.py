@@ -65,6 +65,10 @@ class _StaleConnection(Exception):
     """A reused keep-alive connection was closed by the peer before answering."""
 
 
+# What a closed connection holds instead of its own parser (never fed: no data comes after `connection_lost`).
+_DETACHED_PARSER: Final = httptools.HttpResponseParser(object())
+
+
 class _UpstreamConnection(asyncio.Protocol):
     def __init__(self, pool: ConnectionPool, origin: Origin) -> None:
         self._pool = pool
@@ -92,6 +96,7 @@ class _UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._parser = _DETACHED_PARSER  # no cycle through the parser's callbacks (api/http_server.py)
         self._disarm()
         if self._headers_ready is not None and not self._headers_ready.done():
             if self.reused and not self._got_bytes:

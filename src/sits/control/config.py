@@ -125,7 +125,8 @@ class ServerConfig(Strict):
     # Idle connections to model servers are closed after this: under the 5 s after which uvicorn (vLLM,
     # SGLang) and llama-server close them, so a request never goes onto one the server is closing.
     upstream_keep_alive_s: PositiveFloat = 4.0
-    # Free heap given back to the system this often (glibc's malloc_trim; runtime/heap_trim.py); 0: never.
+    # Cyclic garbage collected and free heap given back to the system this often (a full collection, then
+    # glibc's malloc_trim; runtime/heap_trim.py); 0: never.
     heap_trim_s: Annotated[float, Field(ge=0)] = 30.0
     drain_timeout_s: PositiveFloat = 30.0
     # Data-plane keys: the name of an environment variable holding comma-separated client keys.

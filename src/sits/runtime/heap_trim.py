@@ -4,14 +4,20 @@ A burst of client connections allocates buffers and objects for each; when they 
 glibc's malloc keep the freed memory mapped for reuse, so resident memory stays at the burst's
 high-water mark though nothing holds it (what a soak sees as growth in steps, `bench/soak.py`). glibc's
 `malloc_trim(0)` returns every free page of its heaps to the system, not only the top of each heap.
-Run now and then, on the event loop (it takes the allocator's locks either way); elsewhere than glibc
-there is nothing to call and this does nothing.
+
+What reference cycles a burst left (a cancelled task's exception and the frames it holds, a closed
+connection's objects) is not free yet: with the collector's first threshold raised
+(`runtime/gc_tuning.py`) and no allocation while idle, it can wait for a full collection for a long
+time. So each run first collects every generation (the startup heap is frozen, out of its scan), then
+trims. Run now and then, on the event loop (it takes the allocator's locks either way); elsewhere than
+glibc the trim is skipped and only the collection runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import ctypes.util
 import logging
 import os
@@ -45,25 +51,27 @@ def resident_bytes() -> int:
 
 
 class HeapTrim:
-    """Every `interval_s`, `malloc_trim(0)`; counts what it gave back (`released_bytes`, `runs`)."""
+    """Every `interval_s`, a full collection and `malloc_trim(0)`; counts what they gave back
+    (`released_bytes`, `runs`, `collected`: unreachable objects the collections found)."""
 
     def __init__(self, interval_s: float, trim: Callable[[int], int] | None = None) -> None:
         self.interval_s = interval_s
         self._trim = trim if trim is not None else _malloc_trim()
         self.runs = 0
         self.released_bytes = 0
-        self.seconds = 0.0  # time spent trimming, all runs together
+        self.seconds = 0.0  # time spent collecting and trimming, all runs together
+        self.collected = 0
 
     @property
     def available(self) -> bool:
         return self._trim is not None
 
     def trim_now(self) -> int:
-        """Trim once; the resident bytes it gave back (0 when none, or not measurable)."""
-        if self._trim is None:
-            return 0
+        """Collect, then trim once; the resident bytes given back (0 when none, or not measurable)."""
         before, started = resident_bytes(), time.perf_counter()
-        self._trim(0)
+        self.collected += gc.collect()
+        if self._trim is not None:
+            self._trim(0)
         self.seconds += time.perf_counter() - started
         released = max(0, before - resident_bytes())
         self.runs += 1

@@ -13,13 +13,14 @@ Most text events are not parsed. A chat server writes every text-only event of a
 the text (`data: {"id":"x",...,"choices":[{"index":0,"delta":{"content":"` *text* `"},...}]}`): the
 first one is parsed, found to say text and nothing else, and the bytes before and after its text are
 kept. Events made of the same bytes around strings with no quote in them are the same JSON object
-with other texts (quotes are escaped inside JSON strings, so nothing else can look alike), and a run
-of them is sliced out of the chunk whole; anything else is parsed.
+with other texts (quotes are escaped inside JSON strings, so nothing else can look alike): their text
+is sliced out, the chunk split once into events and each tested with a prefix, a suffix and two
+containment tests; anything else is parsed.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -59,6 +60,12 @@ _DONE_END = StreamEnd()
 _EMPTY: dict[str, Any] = {}
 _TEXT_KEY = b'"delta":{"content":"'  # where a text-only event's text starts, as chat servers write it
 _NEVER = b"\n\n"  # no complete event starts with this: matches nothing until a shape is learnt
+# Bytes tested for by value: `34 in data` is a memchr, while `b'"' in data` first tries the bytes as an
+# integer and builds (and clears) a TypeError, several times the cost.
+_QUOTE: Final = 34
+_NEWLINE: Final = 10
+_CR: Final = 13
+_BACKSLASH: Final = 92
 
 
 def text_piece(text: str) -> bytes:
@@ -129,15 +136,14 @@ def _only_text(parsed: dict[str, Any]) -> str | None:
 class ChatStreamReader:
     """Chat SSE bytes in (cut anywhere), text pieces, deltas and the end out."""
 
-    __slots__ = ("_partial", "_source", "_head", "_tail", "_separator", "_quotes", "_escaped_end")
+    __slots__ = ("_partial", "_source", "_head", "_tail")
 
     def __init__(self, source: str = "upstream") -> None:
         self._partial = b""
         self._source = source
         # The learnt shape of this stream's text-only events: the bytes before the text and after it
-        # (with the blank line), what lies between two of them, their quotes, a text ending in a backslash.
-        self._head = self._tail = self._separator = self._escaped_end = _NEVER
-        self._quotes = 0
+        # (with the blank line).
+        self._head = self._tail = _NEVER
 
     def lone_text(self, chunk: bytes) -> bytes | None:
         """The text piece of `chunk` when it is one whole text-only event of the learnt shape and nothing
@@ -146,8 +152,12 @@ class ChatStreamReader:
         ending in a backslash may have escaped the closing quote, and goes the long way."""
         if self._partial or not chunk.startswith(self._head) or not chunk.endswith(self._tail):
             return None
-        piece = chunk[len(self._head):len(chunk) - len(self._tail)]
-        if not piece or piece.find(b'"') >= 0 or piece.find(b"\n") >= 0 or piece[-1] == 92:  # 92: backslash
+        return self._piece(chunk, len(chunk) - len(self._tail))
+
+    def _piece(self, event: bytes, end: int) -> bytes | None:
+        """The text between the learnt head and `end` when it is one JSON string's content and nothing else."""
+        piece = event[len(self._head):end]
+        if not piece or _QUOTE in piece or _NEWLINE in piece or piece[-1] == _BACKSLASH:
             return None
         return piece
 
@@ -156,44 +166,34 @@ class ChatStreamReader:
         if piece is not None:
             return [[piece]]
         data = self._partial + chunk if self._partial else chunk
-        if data.find(b"\r") >= 0:  # CRLF line ends (rare): as LF, so events end with one separator
+        if _CR in data:  # CRLF line ends (rare): as LF, so events end with one separator
             data = data.replace(b"\r\n", b"\n")
-        complete = data.rfind(b"\n\n") + 2  # the complete events end here (1: none yet)
-        if complete < 2:
-            if len(data) > MAX_LINE:
-                raise UpstreamProtocolError(f"upstream {self._source} sent an SSE event over {MAX_LINE} bytes")
-            self._partial = data
-            return []
-        self._partial = data[complete:]
+        events = data.split(b"\n\n")
+        partial = events.pop()  # what follows the last complete event
+        if not events and len(partial) > MAX_LINE:
+            raise UpstreamProtocolError(f"upstream {self._source} sent an SSE event over {MAX_LINE} bytes")
+        self._partial = partial
         out: list[Item] = []
-        at, runs = 0, True
-        while at < complete:
-            if runs and self._quotes and data.startswith(self._head, at):
-                # the learnt events from here to the last of them in the chunk: one run if every one
-                # is the learnt shape (the quotes and newlines of that many events, and no more)
-                head, tail = self._head, self._tail
-                stop = data.rfind(tail, at, complete) + len(tail)
-                if stop <= at:
-                    runs = False
+        head, tail = self._head, self._tail[:-2]  # the learnt shape; an event here has lost its blank line
+        for event in events:
+            # an event of the learnt shape with no quote, newline or final backslash in its text: the text
+            # piece, sliced out unparsed (pieces in a row go out as one list)
+            if event.startswith(head) and event.endswith(tail):
+                piece = self._piece(event, len(event) - len(tail))
+                if piece is not None:
+                    if out and type(out[-1]) is list:
+                        out[-1].append(piece)  # type: ignore[union-attr]
+                    else:
+                        out.append([piece])
                     continue
-                pieces = data[at + len(head):stop - len(tail)].split(self._separator)
-                count = len(pieces)
-                if data.count(b'"', at, stop) == count * self._quotes and data.count(b"\n", at, stop) == 2 * count \
-                        and data.find(self._escaped_end, at, stop) < 0:
-                    out.append(pieces if b"" not in pieces else [p for p in pieces if p])
-                    at = stop
-                    continue
-                runs = False  # not a clean run: the rest of this chunk event by event
-            end = data.find(b"\n\n", at)
-            event = data[at:end]
-            at = end + 2
             if event:
                 self._event(event, out)
+                head, tail = self._head, self._tail[:-2]  # learnt from this event, maybe
         return out
 
     def _event(self, event: bytes, out: list[Item]) -> None:
         """An event not in a run: its `data:` lines, parsed."""
-        if event.startswith(b"data:") and event.find(b"\n") < 0:
+        if event.startswith(b"data:") and _NEWLINE not in event:
             payload = event[5:]
         else:  # comments, `event:` lines, data over several lines (rare for chat servers)
             lines = [line[5:] for line in event.split(b"\n") if line.startswith(b"data:")]
@@ -237,6 +237,4 @@ class ChatStreamReader:
         start = at + len(_TEXT_KEY)
         end = start + len(piece)
         head, tail = event[:start], event[end:] + b"\n\n"
-        self._head, self._tail, self._separator = head, tail, tail + head
-        self._quotes = head.count(b'"') + tail.count(b'"')
-        self._escaped_end = b"\\" + tail
+        self._head, self._tail = head, tail

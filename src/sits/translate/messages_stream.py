@@ -6,30 +6,31 @@ chat reader slices out (`translate/chat_stream.py`) go into them as they are.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
 from sits.translate.messages import stop_of
-from sits.translate.sse import named_event
+from sits.translate.sse import decimal, fill, named_event, slots
 from sits.translate.usage import anthropic_usage
 
-_START = (b'event: message_start\ndata: {"type":"message_start","message":{"id":%b,"type":"message",'
-          b'"role":"assistant","model":%b,"content":[],"stop_reason":null,"stop_sequence":null,'
-          b'"usage":{"input_tokens":0,"output_tokens":0}}}\n\n')
-_BLOCK_START = (b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,'
-                b'"content_block":%b}\n\n')
+_START: Final = slots(b'event: message_start\ndata: {"type":"message_start","message":{"id":%b,"type":"message",'
+                      b'"role":"assistant","model":%b,"content":[],"stop_reason":null,"stop_sequence":null,'
+                      b'"usage":{"input_tokens":0,"output_tokens":0}}}\n\n')
+_BLOCK_START: Final = slots(b'event: content_block_start\ndata: {"type":"content_block_start","index":%b,'
+                            b'"content_block":%b}\n\n')
 _TEXT_BLOCK = b'{"type":"text","text":""}'
 _THINKING_BLOCK = b'{"type":"thinking","thinking":"","signature":""}'
 # one per streamed piece: the head (with the block index) and the tail around each piece
-_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":{"type":"%b","%b":"'
+_DELTA: Final = slots(b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%b,'
+                      b'"delta":{"type":"%b","%b":"')
 _DELTA_END = b'"}}\n\n'
-_ARGUMENTS_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
-                    b'"delta":{"type":"input_json_delta","partial_json":%b}}\n\n')
-_BLOCK_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n'
-_END = (b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"%b","stop_sequence":%b},'
-        b'"usage":%b}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')
+_ARGUMENTS_DELTA: Final = slots(b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%b,'
+                                b'"delta":{"type":"input_json_delta","partial_json":%b}}\n\n')
+_BLOCK_STOP: Final = slots(b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%b}\n\n')
+_END: Final = slots(b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"%b",'
+                    b'"stop_sequence":%b},"usage":%b}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')
 
 
 class MessagesStream:
@@ -53,7 +54,7 @@ class MessagesStream:
 
     def start(self) -> list[bytes]:
         self._started = True
-        return [_START % (orjson.dumps(self._id), orjson.dumps(self._model))]
+        return [fill(_START, (orjson.dumps(self._id), orjson.dumps(self._model)))]
 
     def feed(self, chunk: bytes) -> list[bytes]:
         if self._open_kind == "text" and not self.ended:
@@ -79,22 +80,23 @@ class MessagesStream:
         self._close(out)
         self._block += 1
         self._open_kind = kind
-        out.append(_BLOCK_START % (self._block, block))
+        out.append(fill(_BLOCK_START, (decimal(self._block), block)))
 
     def _open_text(self, out: list[bytes]) -> None:
         self._open("text", _TEXT_BLOCK, out)
-        self._text_delta = _DELTA % (self._block, b"text_delta", b"text")
+        self._text_delta = fill(_DELTA, (decimal(self._block), b"text_delta", b"text"))
 
     def _close(self, out: list[bytes]) -> None:
         if self._open_kind:
-            out.append(_BLOCK_STOP % self._block)
+            out.append(fill(_BLOCK_STOP, (decimal(self._block),)))
             self._open_kind = ""
 
     def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
         if delta.reasoning:
             if self._open_kind != "thinking":
                 self._open("thinking", _THINKING_BLOCK, out)
-            out.append(_DELTA % (self._block, b"thinking_delta", b"thinking") + text_piece(delta.reasoning) + _DELTA_END)
+            out.append(fill(_DELTA, (decimal(self._block), b"thinking_delta", b"thinking")) + text_piece(delta.reasoning)
+                       + _DELTA_END)
         if delta.text:
             if self._open_kind != "text":
                 self._open_text(out)
@@ -109,7 +111,7 @@ class MessagesStream:
             elif self._open_kind != kind:
                 continue  # a delta for a block already closed: chat servers send each call's pieces in order
             if tool.arguments:
-                out.append(_ARGUMENTS_DELTA % (self._block, orjson.dumps(tool.arguments)))
+                out.append(fill(_ARGUMENTS_DELTA, (decimal(self._block), orjson.dumps(tool.arguments))))
         if delta.finish is not None:
             self._finish, self._stop = delta.finish, delta.stop
         if delta.usage is not None:
@@ -121,7 +123,7 @@ class MessagesStream:
             return out
         self._close(out)
         reason, sequence = stop_of(self._finish, self._stop, self._stop_sequences)
-        out.append(_END % (reason.encode(), orjson.dumps(sequence), orjson.dumps(anthropic_usage(self._usage))))
+        out.append(fill(_END, (reason.encode(), orjson.dumps(sequence), orjson.dumps(anthropic_usage(self._usage)))))
         self.ended = True
         return out
 

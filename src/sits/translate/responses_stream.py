@@ -9,44 +9,48 @@ the closing event's bytes only when asked for.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from sits.errors import UpstreamProtocolError
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
+from sits.translate.sse import decimal, fill, slots
 from sits.translate.responses import assistant_message, call_item, fields_json, incomplete_details, status_of
 from sits.translate.usage import responses_usage
 
 
 def _event(name: bytes, fields: bytes) -> bytes:
     """The template of one Responses event: its name in the `event:` line and as `type`, then `fields`."""
-    return b'event: %b\ndata: {"type":"%b",%b}\n\n' % (name, name, fields)
+    return b'event: ' + name + b'\ndata: {"type":"' + name + b'",' + fields + b'}\n\n'
 
 
-_OPENED = (_event(b"response.created", b'"sequence_number":0,"response":%b')
-           + _event(b"response.in_progress", b'"sequence_number":1,"response":%b'))
-_ITEM_ADDED = _event(b"response.output_item.added", b'"sequence_number":%d,"output_index":%d,"item":%b')
-_PART_ADDED = _event(b"response.content_part.added", b'"sequence_number":%d,"item_id":"%b","output_index":%d,'
-                     b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}')
-# one per streamed piece; the item id and output index are filled in once per message
-_TEXT_DELTA = _event(b"response.output_text.delta", b'"sequence_number":%%d,"item_id":"%b","output_index":%d,'
-                     b'"content_index":0,"delta":"%%b","logprobs":[]')
-_TEXT_DONE = _event(b"response.output_text.done", b'"sequence_number":%d,"item_id":"%b","output_index":%d,'
-                    b'"content_index":0,"text":%b,"logprobs":[]')
-_PART = b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}'
-_PART_DONE = _event(b"response.content_part.done", b'"sequence_number":%d,"item_id":"%b","output_index":%d,'
-                    b'"content_index":0,"part":%b')
-_MESSAGE_DONE = b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":[%b]}'
-_ITEM_DONE = _event(b"response.output_item.done", b'"sequence_number":%d,"output_index":%d,"item":%b')
-_ARGUMENTS_DELTA = _event(b"response.function_call_arguments.delta",
-                          b'"sequence_number":%d,"item_id":"%b","output_index":%d,"delta":%b')
-_CLOSED = b'event: %b\ndata: {"type":"%b","sequence_number":%d,"response":%b}\n\n'
-_RESPONSE = (b'{"id":%b,"object":"response","created_at":%d,"status":"%b","model":%b,"output":[%b],"error":%b,'
-             b'"incomplete_details":%b,%b,"usage":%b}')
-_MESSAGE_OPEN = b'{"type":"message","id":"%b","status":"in_progress","role":"assistant","content":[]}'
-_FUNCTION_ARGUMENTS_DONE = _event(b"response.function_call_arguments.done",
-                                  b'"sequence_number":%d,"item_id":"%b","output_index":%d,"name":%b,"arguments":%b')
+_OPENED: Final = slots(_event(b"response.created", b'"sequence_number":0,"response":%b')
+                       + _event(b"response.in_progress", b'"sequence_number":1,"response":%b'))
+_ITEM_ADDED: Final = slots(_event(b"response.output_item.added", b'"sequence_number":%b,"output_index":%b,"item":%b'))
+_PART_ADDED: Final = slots(_event(b"response.content_part.added", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
+                           b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}'))
+# one per streamed piece: the event's bytes before its sequence number, between it and the piece (the item id
+# and output index, filled in once per message) and after the piece
+_TEXT_DELTA_HEAD: Final = _event(b"response.output_text.delta", b'"sequence_number":').removesuffix(b"}\n\n")
+_TEXT_DELTA_MIDDLE: Final = slots(b',"item_id":"%b","output_index":%b,"content_index":0,"delta":"')
+_TEXT_DELTA_TAIL: Final = b'","logprobs":[]}\n\n'
+_TEXT_DONE: Final = slots(_event(b"response.output_text.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
+                          b'"content_index":0,"text":%b,"logprobs":[]'))
+_PART: Final = slots(b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}')
+_PART_DONE: Final = slots(_event(b"response.content_part.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
+                          b'"content_index":0,"part":%b'))
+_MESSAGE_DONE: Final = slots(b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":[%b]}')
+_ITEM_DONE: Final = slots(_event(b"response.output_item.done", b'"sequence_number":%b,"output_index":%b,"item":%b'))
+_ARGUMENTS_DELTA: Final = slots(_event(b"response.function_call_arguments.delta",
+                                       b'"sequence_number":%b,"item_id":"%b","output_index":%b,"delta":%b'))
+_CLOSED: Final = slots(b'event: %b\ndata: {"type":"%b","sequence_number":%b,"response":%b}\n\n')
+_RESPONSE: Final = slots(b'{"id":%b,"object":"response","created_at":%b,"status":"%b","model":%b,"output":[%b],'
+                         b'"error":%b,"incomplete_details":%b,%b,"usage":%b}')
+_MESSAGE_OPEN: Final = slots(b'{"type":"message","id":"%b","status":"in_progress","role":"assistant","content":[]}')
+_FUNCTION_ARGUMENTS_DONE: Final = slots(_event(b"response.function_call_arguments.done",
+                                               b'"sequence_number":%b,"item_id":"%b","output_index":%b,"name":%b,'
+                                               b'"arguments":%b'))
 
 
 class ResponsesStream:
@@ -68,7 +72,7 @@ class ResponsesStream:
         self._sequence = 0
         self._started = False
         self._text: list[bytes] | None = None  # the open message item's text pieces (JSON-escaped)
-        self._text_delta = b""  # the open message's delta event template
+        self._text_delta = b""  # the open message's delta events' bytes between sequence number and piece
         self._message_index = -1
         self._message_done = False
         self._calls: dict[int, list[Any]] = {}  # chat tool index -> [output index, item id, call id, name, [args]]
@@ -81,8 +85,8 @@ class ResponsesStream:
 
     def _response(self, status: bytes, usage: bytes = b"null", incomplete: bytes = b"null",
                   error: bytes = b"null") -> bytes:
-        return _RESPONSE % (orjson.dumps(self._id), self._created, status, orjson.dumps(self._model),
-                            b",".join(self._output), error, incomplete, self._fields, usage)
+        return fill(_RESPONSE, (orjson.dumps(self._id), decimal(self._created), status, orjson.dumps(self._model),
+                                 b",".join(self._output), error, incomplete, self._fields, usage))
 
     @property
     def result(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -100,7 +104,7 @@ class ResponsesStream:
         self._started = True
         self._sequence = 2
         snapshot = self._response(b"in_progress")
-        return [_OPENED % (snapshot, snapshot)]
+        return [fill(_OPENED, (snapshot, snapshot))]
 
     def feed(self, chunk: bytes) -> list[bytes]:
         text = self._text
@@ -110,7 +114,7 @@ class ResponsesStream:
                 text.append(piece)
                 sequence = self._sequence
                 self._sequence = sequence + 1
-                return [self._text_delta % (sequence, piece)]
+                return [b"".join((_TEXT_DELTA_HEAD, decimal(sequence), self._text_delta, piece, _TEXT_DELTA_TAIL))]
         out = [] if self._started else self.start()
         for item in self._reader.feed(chunk):
             if self.ended:
@@ -130,8 +134,12 @@ class ResponsesStream:
         text += pieces
         sequence = self._sequence
         self._sequence = sequence + len(pieces)
-        # formatted by C-level calls, no Python frame per piece
-        out.append(b"".join(map(self._text_delta.__mod__, zip(range(sequence, self._sequence), pieces))))
+        middle = self._text_delta
+        parts: list[bytes] = []
+        for piece in pieces:
+            parts += (_TEXT_DELTA_HEAD, decimal(sequence), middle, piece, _TEXT_DELTA_TAIL)
+            sequence += 1
+        out.append(b"".join(parts))
 
     def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
         if delta.model and self._model == self._request["model"]:
@@ -147,13 +155,14 @@ class ResponsesStream:
                                  "in_progress")
                 call = self._calls[tool.index] = [index, item["id"].encode(), item["call_id"], item["name"], []]
                 self._output.append(orjson.dumps(item))
-                out.append(_ITEM_ADDED % (self._sequence, index, self._output[index]))
+                out.append(fill(_ITEM_ADDED, (decimal(self._sequence), decimal(index), self._output[index])))
                 self._sequence += 1
             elif tool.name and not call[3]:
                 call[3] = tool.name
             if tool.arguments:
                 call[4].append(tool.arguments)
-                out.append(_ARGUMENTS_DELTA % (self._sequence, call[1], call[0], orjson.dumps(tool.arguments)))
+                out.append(fill(_ARGUMENTS_DELTA, (decimal(self._sequence), call[1], decimal(call[0]),
+                                                    orjson.dumps(tool.arguments))))
                 self._sequence += 1
         if delta.finish is not None:
             self._finish = delta.finish
@@ -165,12 +174,13 @@ class ResponsesStream:
         text: list[bytes] = []
         self._text = text
         index = self._message_index = len(self._output)
-        self._text_delta = _TEXT_DELTA % (self._message_id, index)
-        item = _MESSAGE_OPEN % self._message_id
+        self._text_delta = fill(_TEXT_DELTA_MIDDLE, (self._message_id, decimal(index)))
+        item = fill(_MESSAGE_OPEN, (self._message_id,))
         self._output.append(item)
         sequence = self._sequence
         self._sequence += 2
-        out.append(_ITEM_ADDED % (sequence, index, item) + _PART_ADDED % (sequence + 1, self._message_id, index))
+        out.append(fill(_ITEM_ADDED, (decimal(sequence), decimal(index), item))
+                   + fill(_PART_ADDED, (decimal(sequence + 1), self._message_id, decimal(index))))
         return text
 
     def _close_message(self, out: list[bytes]) -> None:
@@ -180,11 +190,12 @@ class ResponsesStream:
         literal = b'"' + b"".join(self._text) + b'"'
         index, sequence = self._message_index, self._sequence
         self._sequence += 3
-        part = _PART % literal
-        item = self._output[index] = _MESSAGE_DONE % (self._message_id, part)
-        out.append(_TEXT_DONE % (sequence, self._message_id, index, literal)
-                   + _PART_DONE % (sequence + 1, self._message_id, index, part)
-                   + _ITEM_DONE % (sequence + 2, index, item))
+        part = fill(_PART, (literal,))
+        item = self._output[index] = fill(_MESSAGE_DONE, (self._message_id, part))
+        position = decimal(index)
+        out.append(b"".join((fill(_TEXT_DONE, (decimal(sequence), self._message_id, position, literal)),
+                             fill(_PART_DONE, (decimal(sequence + 1), self._message_id, position, part)),
+                             fill(_ITEM_DONE, (decimal(sequence + 2), position, item)))))
 
     def _close_calls(self, out: list[bytes]) -> None:
         for n, (index, item_id, call_id, name, pieces) in enumerate(self._calls.values()):
@@ -192,8 +203,9 @@ class ResponsesStream:
             item = self._output[index] = orjson.dumps(call_item(self._id, n, call_id, name, arguments, "completed"))
             sequence = self._sequence
             self._sequence += 2
-            out.append(_FUNCTION_ARGUMENTS_DONE % (sequence, item_id, index, orjson.dumps(name), orjson.dumps(arguments))
-                       + _ITEM_DONE % (sequence + 1, index, item))
+            out.append(fill(_FUNCTION_ARGUMENTS_DONE, (decimal(sequence), item_id, decimal(index), orjson.dumps(name),
+                                                        orjson.dumps(arguments)))
+                       + fill(_ITEM_DONE, (decimal(sequence + 1), decimal(index), item)))
 
     def finish(self) -> list[bytes]:
         """The chat stream ended with [DONE]: close the open items, then response.completed (or .incomplete)."""
@@ -209,7 +221,7 @@ class ResponsesStream:
         self._final = self._response(status.encode(), orjson.dumps(responses_usage(self._usage or {})),
                                      b"null" if details is None else orjson.dumps(details))
         name = b"response.completed" if status == "completed" else b"response.incomplete"
-        out.append(_CLOSED % (name, name, self._sequence, self._final))
+        out.append(fill(_CLOSED, (name, name, decimal(self._sequence), self._final)))
         self._sequence += 1
         self.ended = True
         return out
@@ -222,7 +234,7 @@ class ResponsesStream:
         self.ended = True
         self.error = message
         error = orjson.dumps({"code": code, "message": message})
-        out.append(_CLOSED % (b"response.failed", b"response.failed", self._sequence,
-                              self._response(b"failed", error=error)))
+        out.append(fill(_CLOSED, (b"response.failed", b"response.failed", decimal(self._sequence),
+                                   self._response(b"failed", error=error))))
         self._sequence += 1
         return out

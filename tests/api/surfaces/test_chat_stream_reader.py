@@ -86,3 +86,14 @@ def test_crlf_line_ends_and_an_error_event():
         + b'data: {"error":{"message":"engine died","code":"boom"}}\r\n\r\n'
     text, others = read(wire, [7, 300])
     assert text == "xy" and others == [StreamEnd("engine died", "boom")]
+
+
+def test_events_of_the_shape_learnt_earlier_in_the_same_read_are_sliced():
+    # A sliced piece is the text as the server escaped it; a parsed one is re-escaped the way orjson writes
+    # it. `\u00e9` coming back as written shows the events after the first were sliced, not parsed, though
+    # the shape was learnt from an event of the same read.
+    first = event({"content": "Hello"})
+    other = first.replace(b'"Hello"', rb'"caf\u00e9"')
+    items = ChatStreamReader().feed(event({"role": "assistant", "content": ""}) + first + other + other
+                                    + b"data: [DONE]\n\n")
+    assert [p for i in items if isinstance(i, list) for p in i] == [b"Hello", rb"caf\u00e9", rb"caf\u00e9"]
