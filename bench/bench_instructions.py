@@ -46,7 +46,12 @@ _TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
 # --tenants: the key gate on, with the bench key's limits counted in Redis and its budgets reserved and settled
 # (bench/sits_bench_keys.py); the model has a price so every request's cost is computed.
+# Admission's limit pinned above the bench's concurrency: under valgrind the gateway runs ~50x slower, its
+# requests' round trips pass the adaptive limiter's 20 ms floor, and the slower tenants-on path would be
+# queued in admission (about 15k a request that tenants off never pays). Pinned, neither run queues.
 TENANTS_CONFIG = """
+admission:
+  limiter: {type: fixed, limit: 64}
 tenants:
   enabled: true
   limits: {redis_url: "REDIS_URL", key_prefix: "sits:bench:PREFIX:"}
