@@ -1,14 +1,16 @@
 """What a burst of client connections leaves behind in the gateway's memory, and whether a repeat adds more.
 
-`sits serve` in front of one `fast_upstream.py`. Idle sample (every client connection closed, one heap
+`sits serve` in front of `fast_upstream.py` endpoints of one model. Idle sample (every client connection closed, one heap
 trim waited), then bursts: `--sizes` concurrent connections, each sending `--per-connection` requests (half
 of them streamed) and closing, then an idle sample after each. A leak grows with every repeat of the same
 burst; a high-water mark (the allocator keeping what the largest burst took) grows with the first burst of
-a size and then stays. With `--tracemalloc`, the gateway traces Python allocations and writes a snapshot at
+a size and then stays. With `--restart`, a second endpoint serves beside the first, and the first is
+stopped at the start of each burst and started again half way through it (an upstream restart under
+load: connection errors, retries, breakers). With `--tracemalloc`, the gateway traces Python allocations and writes a snapshot at
 each idle sample (SIGUSR1), and the top differences between the first and the last are printed: live
 Python objects that outlived their connections show there, allocator pages that were freed do not.
 
-    python bench/connection_bursts.py --sizes 64,256,512,512,512 [--tracemalloc]
+    python bench/connection_bursts.py --sizes 64,256,512,512,512 [--restart] [--tracemalloc]
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def main() -> int:
     ap.add_argument("--per-connection", type=int, default=4)
     ap.add_argument("--quiet-s", type=float, default=35.0, help="idle wait before each sample (one heap trim)")
     ap.add_argument("--tracemalloc", action="store_true")
+    ap.add_argument("--restart", action="store_true", help="stop and restart one of two upstreams in each burst")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -111,11 +114,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sits-bursts-") as tmp:
         procs = ProcessSet(Path(tmp) / "logs")
         try:
-            upstream = procs.start("upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", "0"])
-            up_port = int(wait_for_line(upstream, "PORT", 15).split()[1])
+            upstream_cmd = [sys.executable, str(HERE / "fast_upstream.py")]
+            ports = [free_port(), free_port()] if args.restart else [free_port()]
+            upstreams = [procs.start(f"upstream-{i}", [*upstream_cmd, "--port", str(p)]) for i, p in enumerate(ports)]
+            for upstream in upstreams:
+                wait_for_line(upstream, "PORT", 15)
             config = Path(tmp) / "sits.yaml"
             config.write_text(json.dumps({"control": {"allow_loopback": True}, "models": [{"name": "burst", "endpoints": [
-                {"url": f"http://127.0.0.1:{up_port}/v1", "upstream_model": "bench-model"}]}]}))
+                {"url": f"http://127.0.0.1:{p}/v1", "upstream_model": "bench-model"} for p in ports]}]}))
             port = free_port()
             env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "SITS_DATA_DIR": str(Path(tmp) / "data"),
                    "SITS_SNAPSHOT_DIR": tmp}
@@ -142,9 +148,15 @@ def main() -> int:
             async def run() -> list[dict[str, object]]:
                 await _burst(url, 16, args.per_connection)  # imports and first-use caches out of the way
                 rows: list[dict[str, object]] = [{"after": "warm-up", "rss": await idle("warm-up")}]
-                for size in sizes:
+                for n, size in enumerate(sizes):
                     started = time.monotonic()
-                    ok = await _burst(url, size, args.per_connection)
+                    burst = asyncio.ensure_future(_burst(url, size, args.per_connection))
+                    if args.restart:
+                        await asyncio.to_thread(procs.stop, upstreams[0])
+                        await asyncio.sleep(0.5)
+                        upstreams[0] = procs.start(f"upstream-0-{n}", [*upstream_cmd, "--port", str(ports[0])])
+                        await asyncio.to_thread(wait_for_line, upstreams[0], "PORT", 15)
+                    ok = await burst
                     label = f"{size} connections"
                     print(f"  burst of {size} connections: {ok}/{size * args.per_connection} ok in "
                           f"{time.monotonic() - started:.1f} s", flush=True)
@@ -156,7 +168,7 @@ def main() -> int:
                 raise RuntimeError(f"the gateway died:\n{gateway.log_tail()}")
         finally:
             procs.stop_all()
-        report = {"sizes": sizes, "per_connection": args.per_connection, "rows": rows}
+        report = {"sizes": sizes, "per_connection": args.per_connection, "restart": args.restart, "rows": rows}
         if args.tracemalloc and snapshots > 1:
             report["tracemalloc"] = _diff(Path(tmp) / "1.snap", Path(tmp) / f"{snapshots}.snap", args.top)
             print("\n".join(report["tracemalloc"]))
