@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import gc
 import ctypes.util
+import gc
 import logging
 import os
 import time

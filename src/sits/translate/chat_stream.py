@@ -133,6 +133,14 @@ def _only_text(parsed: dict[str, Any]) -> str | None:
     return text if type(text) is str else None
 
 
+def _add_piece(out: list[Item], piece: bytes) -> None:
+    """A text piece into `out`: pieces in a row go out as one list."""
+    if out and type(out[-1]) is list:
+        out[-1].append(piece)  # type: ignore[union-attr]
+    else:
+        out.append([piece])
+
+
 class ChatStreamReader:
     """Chat SSE bytes in (cut anywhere), text pieces, deltas and the end out."""
 
@@ -181,10 +189,7 @@ class ChatStreamReader:
             if event.startswith(head) and event.endswith(tail):
                 piece = self._piece(event, len(event) - len(tail))
                 if piece is not None:
-                    if out and type(out[-1]) is list:
-                        out[-1].append(piece)  # type: ignore[union-attr]
-                    else:
-                        out.append([piece])
+                    _add_piece(out, piece)
                     continue
             if event:
                 self._event(event, out)
@@ -222,10 +227,7 @@ class ChatStreamReader:
         elif text:
             piece = text_piece(text)
             self._learn(event, piece)
-            if out and type(out[-1]) is list:
-                out[-1].append(piece)  # type: ignore[union-attr]
-            else:
-                out.append([piece])
+            _add_piece(out, piece)
 
     def _learn(self, event: bytes, piece: bytes) -> None:
         """Keep the bytes around this text-only event's text, when it is written as orjson writes it.
