@@ -16,6 +16,7 @@ Valgrind runs the gateway about 50x slower, so the counts include no waiting: on
     python bench/bench_instructions.py --json results/instructions.json
     python bench/bench_instructions.py --tenants             # keys, a Redis rpm/tpm/concurrency limit, budgets on
     python bench/bench_instructions.py --surface responses-passthrough   # a Responses-API upstream, relayed
+    python bench/bench_instructions.py --modes stream --stream-tokens 6,134   # and the cost of each added event
 
 Needs `valgrind` (Debian package) and `taskset`. Results: a Markdown table on stdout.
 """
@@ -78,6 +79,18 @@ models:
   - name: bench-model
     endpoints: [{url: "UPSTREAM_URL", api: responses}]
 """
+# What `--backend bench-model=URL` serves, with admission's limit pinned above the bench's concurrency (as for
+# --tenants, and for the same reason): under valgrind a surface whose request costs more than another's can
+# pass the adaptive limiter's 20 ms floor and be queued in admission, a cost it never pays at full speed.
+# `--adaptive-admission` serves with `--backend` itself, admission adaptive.
+PINNED_CONFIG = """
+admission:
+  limiter: {type: fixed, limit: 64}
+control: {allow_loopback: true}
+models:
+  - name: bench-model
+    endpoints: [{url: "UPSTREAM_URL", upstream_model: bench-model API}]
+"""
 
 
 async def _load(port: int, stream: bool, requests: int, concurrency: int, surface: str = "chat",
@@ -110,12 +123,15 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int, surfac
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
             procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0,
             surface: str = "chat", tenants_redis: str | None = None, idle_s: float = 0.0,
-            source_hot_path: bool = False) -> dict:
+            source_hot_path: bool = False, stream_tokens: int = 6, pinned: bool = True) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
-                                        "--event-gap-ms", str(event_gap_ms)], cpus="1")
+                                        "--event-gap-ms", str(event_gap_ms), "--stream-tokens", str(stream_tokens)],
+                           cpus="1")
     upstream_port = int(wait_for_line(upstream, "PORT", 30).split()[1])
     port = free_port()
-    out = out_dir / f"callgrind-{surface}-{'stream' if stream else 'nonstream'}.out"
+    # one file name per run: the total below sums every dump of this name
+    out = out_dir / (f"callgrind-{surface}-{'stream' if stream else 'nonstream'}"
+                     f"{f'-{stream_tokens}tokens' if stream else ''}{'-source' if source_hot_path else ''}.out")
     env = {**os.environ, "PYTHONPATH": str(src), "SITS_LOG_LEVEL": "warning"}
     env.pop("SITS_PURE_PYTHON", None)
     if source_hot_path:  # the compiled modules' source (sits/hot_path.py)
@@ -123,9 +139,15 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
     upstream_url = f"http://127.0.0.1:{upstream_port}/v1"
     if server == "sits":
         command = ["-m", "sits", "serve", "--backend", f"bench-model={upstream_url}"]
-        if config is not None or surface == "responses-passthrough":  # UPSTREAM_URL: the bench model's URL
+        if config is not None or surface == "responses-passthrough" or pinned:  # UPSTREAM_URL: the model's URL
             config_file = out_dir / "config.yaml"
-            text = config.read_text() if config is not None else PASSTHROUGH_CONFIG
+            passthrough = surface == "responses-passthrough"
+            if config is not None:
+                text = config.read_text()
+            elif pinned:
+                text = PINNED_CONFIG.replace(" API", ", api: responses" if passthrough else "")
+            else:
+                text = PASSTHROUGH_CONFIG
             config_file.write_text(text.replace("UPSTREAM_URL", upstream_url))
             command[3:] = ["--config", str(config_file)]
         if tenants_redis is not None:  # the key gate on: the bench key's runner, its config, its key
@@ -162,12 +184,34 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
     return {"server": server, "surface": surface, "mode": "stream" if stream else "nonstream", "requests": requests,
             "concurrency": concurrency, "hot_path": hot_path,
             "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None,
+            "stream_tokens": stream_tokens if stream else None,
+            "admission": "as configured" if config is not None else "pinned at 64" if pinned else "adaptive",
             "instructions": total, "instructions_per_request": round(total / requests),
             "seconds_under_valgrind": round(seconds, 1),
             # timers (health probes, stats refresh, sweeps) tick per wall-clock second, and valgrind stretches a
             # run's wall time: what of each request's count that background work is, at the idle rate
             "idle_instructions_per_second": idle_rate,
             "background_per_request": round(idle_rate * seconds / requests) if idle_rate is not None else None}
+
+
+def per_added_event(rows: list[dict]) -> list[dict]:
+    """For each surface and build streamed at two or more lengths: what one more content event costs, the
+    difference between the longest and the shortest stream per token (the per-stream part cancels out)."""
+    runs: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["mode"] == "stream":
+            runs.setdefault((r["surface"], r["hot_path"], r["event_gap_ms"]), []).append(r)
+    out = []
+    for (surface, hot_path, gap), streams in runs.items():
+        if len(streams) < 2:
+            continue
+        short = min(streams, key=lambda r: r["stream_tokens"])
+        long = max(streams, key=lambda r: r["stream_tokens"])
+        out.append({"surface": surface, "hot_path": hot_path, "event_gap_ms": gap,
+                    "tokens": [short["stream_tokens"], long["stream_tokens"]],
+                    "per_added_event": round((long["instructions_per_request"] - short["instructions_per_request"])
+                                             / (long["stream_tokens"] - short["stream_tokens"]))})
+    return out
 
 
 def _hot_path(port: int) -> str:
@@ -216,9 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--event-gap-ms", type=float, default=0.0,
                     help="the upstream writes each streamed event on its own, this many ms apart, as a model server "
                     "does (default 0: all events in one write); prices relaying one event, e.g. 5 with --concurrency 2")
+    ap.add_argument("--stream-tokens", default="6",
+                    help="content tokens (one event each) of a streamed answer, comma-separated: with two or more, "
+                    "each stream is measured at each length and the cost of one added event is the difference "
+                    "per token between the longest and the shortest")
     ap.add_argument("--surface", default="chat", help="the API surface(s) the load speaks, comma-separated: "
                     "chat (/v1/chat/completions), responses (/v1/responses), messages (/v1/messages), "
                     "responses-passthrough (/v1/responses to an endpoint that speaks the Responses API)")
+    ap.add_argument("--adaptive-admission", action="store_true",
+                    help="serve with `--backend` as it is, admission adaptive (default: its limit pinned at 64, above "
+                    "the bench's concurrency, so that valgrind's slowness cannot queue the dearer surfaces in admission)")
     ap.add_argument("--tenants", action="store_true",
                     help="turn the key gate on: a tenant key with rpm, tpm and concurrency limits counted in Redis "
                     "(--redis-url) and daily and monthly budgets, a priced model (bench/sits_bench_keys.py)")
@@ -231,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--surface other than chat needs --server sits (the floors speak chat completions only)")
     if args.requests < 1 or args.requests > 100_000:
         ap.error("--requests must be in 1..100000")
+    try:
+        lengths = sorted({int(n) for n in args.stream_tokens.split(",")})
+    except ValueError:
+        ap.error("--stream-tokens: whole numbers, comma-separated")
+    if not all(1 <= n <= 10_000 for n in lengths):
+        ap.error("--stream-tokens: each in 1..10000")
     rows = []
     with tempfile.TemporaryDirectory(prefix="sits-callgrind-") as tmp:
         if args.patch is not None:  # a patched copy of the source, never the checkout itself
@@ -244,10 +301,12 @@ def main(argv: list[str] | None = None) -> int:
             for surface in surfaces:
                 for mode in args.modes.split(","):
                     for source_hot_path in builds:
-                        rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream",
-                                            args.requests, args.warmup, args.concurrency, procs, Path(tmp), args.config,
-                                            args.event_gap_ms, surface, args.redis_url if args.tenants else None,
-                                            args.idle_seconds, source_hot_path))
+                        for tokens in lengths if mode == "stream" else lengths[:1]:
+                            rows.append(measure(args.python, args.src.resolve(), args.server, mode == "stream",
+                                                args.requests, args.warmup, args.concurrency, procs, Path(tmp),
+                                                args.config, args.event_gap_ms, surface,
+                                                args.redis_url if args.tenants else None, args.idle_seconds,
+                                                source_hot_path, tokens, not args.adaptive_admission))
         finally:
             procs.stop_all()
             if args.keep_callgrind is not None:
@@ -257,17 +316,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server: {args.server}; source: {args.src.resolve()}; patch: {args.patch}; "
           f"tenants: {'on (limits in ' + args.redis_url + ')' if args.tenants else 'off'}\n")
     idle = args.idle_seconds > 0
-    print("| surface | mode | hot path | requests | concurrency | upstream event gap (ms) | instructions per request |"
-          + (" of which background |" if idle else ""))
-    print("|---|---|---|---:|---:|---:|---:|" + ("---:|" if idle else ""))
+    print("| surface | mode | hot path | requests | concurrency | upstream event gap (ms) | streamed tokens "
+          "| instructions per request |" + (" of which background |" if idle else ""))
+    print("|---|---|---|---:|---:|---:|---:|---:|" + ("---:|" if idle else ""))
     for r in rows:
         print(f"| {r['surface']} | {r['mode']} | {r['hot_path'] or '-'} | {r['requests']:,} | {r['concurrency']} "
-              f"| {r['event_gap_ms']:g} "
+              f"| {r['event_gap_ms']:g} | {r['stream_tokens'] or '-'} "
               f"| {r['instructions_per_request']:,} |" + (f" {r['background_per_request']:,} |" if idle else ""))
+    per_event = per_added_event(rows)
+    if per_event:
+        print("\n| surface | hot path | upstream event gap (ms) | instructions per added streamed event |")
+        print("|---|---|---:|---:|")
+        for r in per_event:
+            print(f"| {r['surface']} | {r['hot_path'] or '-'} | {r['event_gap_ms']:g} | {r['per_added_event']:,} |")
     if args.json:
         args.json.write_text(json.dumps({"server": args.server, "source": str(args.src.resolve()),
-                                        "patch": str(args.patch) if args.patch else None, "results": rows},
-                                        indent=2) + "\n")
+                                        "patch": str(args.patch) if args.patch else None, "results": rows,
+                                        "per_added_event": per_event}, indent=2) + "\n")
     return 0
 
 

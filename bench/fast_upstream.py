@@ -3,7 +3,8 @@
 Raw asyncio.Protocol + httptools (llhttp) on uvloop; every response is prebuilt bytes.
 
 - POST /v1/chat/completions            -> one small chat.completion JSON (Content-Length)
-- POST /v1/chat/completions stream=true -> 8 chat.completion.chunk SSE events (and the usage event when
+- POST /v1/chat/completions stream=true -> 8 chat.completion.chunk SSE events (role, 6 tokens, finish;
+                                           --stream-tokens N: N tokens) (and the usage event when
                                            stream_options.include_usage asks for it) + [DONE],
                                            chunked transfer encoding, one write (with
                                            --event-gap-ms G: each event its own write, G ms
@@ -34,7 +35,7 @@ import orjson
 
 MODEL = "bench-model"
 CREATED = 1700000000
-STREAM_EVENTS = 8  # chat.completion.chunk events before [DONE]
+DEFAULT_TOKENS = ("Hello", " from", " the", " bench", " upstream", ".")
 
 
 def _completion_body() -> bytes:
@@ -68,21 +69,23 @@ def _chunk(delta: dict, finish_reason: str | None) -> bytes:
     )
 
 
-def stream_events(usage: bool = False) -> list[bytes]:
-    """The SSE payloads: role, 6 content tokens, finish; then (asked with stream_options.include_usage)
-    the usage event, as OpenAI-compatible servers send it; then [DONE]."""
+def answer_tokens(count: int) -> list[str]:
+    """The streamed answer's `count` content tokens: the six of the default answer, repeated."""
+    return [DEFAULT_TOKENS[i % len(DEFAULT_TOKENS)] for i in range(count)]
+
+
+def stream_events(tokens: list[str], usage: bool = False) -> list[bytes]:
+    """The SSE payloads: role, one event per content token, finish; then (asked with
+    stream_options.include_usage) the usage event, as OpenAI-compatible servers send it; then [DONE]."""
     events = [_chunk({"role": "assistant", "content": ""}, None)]
-    events += [_chunk({"content": t}, None) for t in _TOKENS]
+    events += [_chunk({"content": t}, None) for t in tokens]
     events.append(_chunk({}, "stop"))
-    assert len(events) == STREAM_EVENTS
     if usage:
         events.append(orjson.dumps({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
                                     "model": MODEL, "choices": [],
-                                    "usage": {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15}}))
+                                    "usage": {"prompt_tokens": 9, "completion_tokens": len(tokens),
+                                              "total_tokens": 9 + len(tokens)}}))
     return events + [b"[DONE]"]
-
-
-_TOKENS = ["Hello", " from", " the", " bench", " upstream", "."]
 
 
 def _response_object(status: str, text: str) -> dict:
@@ -92,15 +95,15 @@ def _response_object(status: str, text: str) -> dict:
             "output": output, "usage": {"input_tokens": 9, "output_tokens": 7, "total_tokens": 16}}
 
 
-def responses_events() -> list[bytes]:
-    """A Responses stream's SSE events (each with its `event:` line): 8 of them, as many as the chat stream's."""
+def responses_events(tokens: list[str]) -> list[bytes]:
+    """A Responses stream's SSE events (each with its `event:` line): as many as the chat stream's."""
     def event(kind: str, **fields: object) -> bytes:
         return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
     events = [event("response.created", response=_response_object("in_progress", "")),
               event("response.in_progress", response=_response_object("in_progress", ""))]
     events += [event("response.output_text.delta", item_id="msg_bench", output_index=0, content_index=0, delta=t)
-               for t in _TOKENS]
-    events.append(event("response.completed", response=_response_object("completed", "".join(_TOKENS))))
+               for t in tokens]
+    events.append(event("response.completed", response=_response_object("completed", "".join(tokens))))
     return events
 
 
@@ -117,14 +120,12 @@ def _response(status: bytes, content_type: bytes, body: bytes, keep_alive: bool)
     )
 
 
-def _stream_response(keep_alive: bool, events: list[bytes] | None = None) -> bytes:
+def _stream_response(keep_alive: bool, events: list[bytes]) -> bytes:
     conn = b"keep-alive" if keep_alive else b"close"
     head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         b"Transfer-Encoding: chunked\r\nConnection: %s\r\n\r\n" % conn
     )
-    if events is None:
-        events = [b"data: " + e + b"\n\n" for e in stream_events()]
     return head + b"".join(_http_chunk(e) for e in events) + b"0\r\n\r\n"
 
 
@@ -143,17 +144,33 @@ _MODELS = orjson.dumps(
 _NOT_FOUND = orjson.dumps({"error": {"message": "not found", "type": "invalid_request_error", "code": "not_found"}})
 _BAD_REQUEST = orjson.dumps({"error": {"message": "bad request", "type": "invalid_request_error", "code": "bad_request"}})
 
-# (path, keep_alive) -> prebuilt bytes
+# (path, keep_alive) -> prebuilt bytes (streams: built by `build_streams`, for the answer's length)
 _COMPLETION = {k: _response(b"200 OK", b"application/json", _completion_body(), k) for k in (True, False)}
-_STREAM = {k: _stream_response(k) for k in (True, False)}
-# --event-gap-ms: the same stream as one write per event (the head with the first, the terminator with [DONE])
-_STREAM_PIECES = {k: _spaced(k, [b"data: " + e + b"\n\n" for e in stream_events()]) for k in (True, False)}
-_STREAM_USAGE = {k: _stream_response(k, [b"data: " + e + b"\n\n" for e in stream_events(True)]) for k in (True, False)}
-_STREAM_USAGE_PIECES = {k: _spaced(k, [b"data: " + e + b"\n\n" for e in stream_events(True)]) for k in (True, False)}
-_RESPONSE = {k: _response(b"200 OK", b"application/json",
-                          orjson.dumps(_response_object("completed", "".join(_TOKENS))), k) for k in (True, False)}
-_RESPONSE_STREAM = {k: _stream_response(k, responses_events()) for k in (True, False)}
-_RESPONSE_PIECES = {k: _spaced(k, responses_events()) for k in (True, False)}
+_STREAM: dict[bool, bytes] = {}
+_STREAM_PIECES: dict[bool, list[bytes]] = {}  # --event-gap-ms: one write per event
+_STREAM_USAGE: dict[bool, bytes] = {}
+_STREAM_USAGE_PIECES: dict[bool, list[bytes]] = {}
+_RESPONSE: dict[bool, bytes] = {}
+_RESPONSE_STREAM: dict[bool, bytes] = {}
+_RESPONSE_PIECES: dict[bool, list[bytes]] = {}
+
+
+def build_streams(tokens: list[str]) -> None:
+    """The prebuilt streamed answers (and the Responses answer) for an answer of `tokens`."""
+    def sse(events: list[bytes]) -> list[bytes]:
+        return [b"data: " + e + b"\n\n" for e in events]
+    for k in (True, False):
+        _STREAM[k] = _stream_response(k, sse(stream_events(tokens)))
+        _STREAM_PIECES[k] = _spaced(k, sse(stream_events(tokens)))
+        _STREAM_USAGE[k] = _stream_response(k, sse(stream_events(tokens, True)))
+        _STREAM_USAGE_PIECES[k] = _spaced(k, sse(stream_events(tokens, True)))
+        _RESPONSE[k] = _response(b"200 OK", b"application/json",
+                                 orjson.dumps(_response_object("completed", "".join(tokens))), k)
+        _RESPONSE_STREAM[k] = _stream_response(k, responses_events(tokens))
+        _RESPONSE_PIECES[k] = _spaced(k, responses_events(tokens))
+
+
+build_streams(answer_tokens(len(DEFAULT_TOKENS)))
 EVENT_GAP_S = 0.0
 _MODELS_RESP = {k: _response(b"200 OK", b"application/json", _MODELS, k) for k in (True, False)}
 _HEALTH_RESP = {k: _response(b"200 OK", b"application/json", b'{"status":"ok"}', k) for k in (True, False)}
@@ -308,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--event-gap-ms", type=float, default=0.0,
                     help="stream each SSE event in its own write, this many ms apart (default: all in one write)")
+    ap.add_argument("--stream-tokens", type=int, default=len(DEFAULT_TOKENS),
+                    help="content tokens of a streamed answer, one event each (default %(default)s)")
     ap.add_argument("--error-every", type=int, default=0,
                     help="answer every Nth completion with a 500 error (default 0: never)")
     args = ap.parse_args(argv)
@@ -315,6 +334,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--event-gap-ms must be in 0..1000")
     if args.error_every < 0:
         ap.error("--error-every must be 0 or more")
+    if not 1 <= args.stream_tokens <= 100_000:
+        ap.error("--stream-tokens must be in 1..100000")
+    build_streams(answer_tokens(args.stream_tokens))
     global EVENT_GAP_S, ERROR_EVERY
     EVENT_GAP_S = args.event_gap_ms / 1000
     ERROR_EVERY = args.error_every

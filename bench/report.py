@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 MODES = ("nonstream", "stream")
-TARGET_ORDER = ("direct", "python-floor", "sits", "sits-2w", "sits-gc", "litellm")
+TARGET_ORDER = ("direct", "python-floor", "sits", "sits-tenants", "sits-2w", "sits-gc", "litellm")
+# The key gate's budget (#tenants): at most +15% cost, so at least 1/1.15 of SITS's peak req/s without it
+TENANTS_SHARE_PCT = round(100 / 1.15, 1)
 
 
 def _cell(results: dict, target: str, mode: str, conc: int) -> dict | None:
@@ -77,6 +79,13 @@ def add_derived(results: dict) -> None:
         floor = [x["rps"] for c in concs if (x := _cell(results, "python-floor", mode, c))]
         share = round(100 * sits_peak / max(floor), 1) if sits_peak and floor else None
         checks.append(_check(f"SITS peak req/s >= 50% of the bare relay's peak ({mode})", share, 50, ">=", "%"))
+    if "sits-tenants" in results["targets"]:
+        for mode in MODES:  # the key gate on, against the same gateway without it, same run
+            keyed = [x["rps"] for c in concs if (x := _cell(results, "sits-tenants", mode, c))]
+            sits_peak = ratios[mode]["peak_rps"]["sits"]
+            share = round(100 * max(keyed) / sits_peak, 1) if keyed and sits_peak else None
+            checks.append(_check(f"SITS with keys, limits and budgets: peak req/s >= {TENANTS_SHARE_PCT}% of SITS "
+                                 f"without (at most +15% cost) ({mode})", share, TENANTS_SHARE_PCT, ">=", "%"))
     lo, hi = min(concs), max(concs)
     for mode in MODES:
         cell = _cell(results, "sits", mode, lo) or {}

@@ -204,8 +204,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--duration", type=int, dest="duration_s", help="seconds per cell (default 10, quick 3)")
     ap.add_argument("--concurrency", default="1,16,64", help="comma-separated connection counts")
     ap.add_argument("--targets", default="direct,python-floor,sits,litellm",
-                    help="comma-separated subset of direct,python-floor,sits,sits-2w,litellm,sits-gc (python-floor: the bare "
-                         "Python proxy, bench/python_proxy_floor.py; sits-2w: sits serve --workers 2, for scaling "
+                    help="comma-separated subset of direct,python-floor,sits,sits-tenants,sits-2w,litellm,sits-gc "
+                         "(python-floor: the bare Python proxy, bench/python_proxy_floor.py; sits-tenants: the key gate on, "
+                         "limits counted in the Redis on 127.0.0.1:6379; sits-2w: sits serve --workers 2, for scaling "
                          "(give it --gateway-cpus 0,1); sits-gc: diagnostic, SITS with gc.freeze + higher GC thresholds)")
     ap.add_argument("--gateway-cpus", default="0", help="taskset CPU list for the gateway under test")
     ap.add_argument("--load-cpus", default="1", help="taskset CPU list for upstream, wrk, probe and this harness")
@@ -233,7 +234,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.profile_s = args.profile_s or (5 if args.quick else 10)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(args.targets) - {"direct", "python-floor", "sits", "litellm", "sits-gc", "sits-2w"}
+    unknown = set(args.targets) - {"direct", "python-floor", "sits", "litellm", "sits-gc", "sits-2w", "sits-tenants"}
     if unknown:
         ap.error(f"unknown targets: {sorted(unknown)}")
     if "direct" not in args.targets:
@@ -307,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
                         target = RunningTarget("direct", upstream.port, upstream.process)
                     elif name == "python-floor":
                         target = start_python_floor(procs, upstream.port, args.gateway_cpus)
-                    elif name in ("sits", "sits-gc", "sits-2w"):
+                    elif name in ("sits", "sits-gc", "sits-2w", "sits-tenants"):
                         target = start_sits(procs, upstream.port, args.gateway_cpus, TMP_DIR / name,
-                                            gc_variant=name == "sits-gc", workers=2 if name == "sits-2w" else 1)
+                                            gc_variant=name == "sits-gc", workers=2 if name == "sits-2w" else 1,
+                                            tenants=name == "sits-tenants")
                         results["versions"]["sits"] = target.version
                     else:
                         target = start_litellm(procs, upstream.port, args.gateway_cpus, TMP_DIR / "litellm")

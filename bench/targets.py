@@ -2,6 +2,7 @@
 
 - direct:  the upstream itself (the floor)
 - sits:    `sits serve --backend bench-model=<upstream>/v1`, ready when GET /readyz is 200
+- sits-tenants: the same with the key gate on (a tenant key with limits counted in Redis and budgets)
 - litellm: LiteLLM's proxy from bench/.venv-litellm, one worker, no DB, no network
 """
 
@@ -66,27 +67,55 @@ def sits_version(cmd: list[str]) -> str:
     return (out.stdout or out.stderr).strip()
 
 
+# The `sits-tenants` target: the key gate on, as `bench_instructions.py --tenants` prices it (the bench key's
+# rpm, tpm and concurrency limits counted in Redis, a key and a team budget reserved and settled, a priced
+# model), with admission as configured by default, as for the `sits` target.
+TENANTS_CONFIG = """
+tenants:
+  enabled: true
+  limits: {{redis_url: "{redis_url}", key_prefix: "sits:bench:{prefix}:"}}
+models:
+  - name: {model}
+    price: {{input: 3.0, cached_input: 0.3, output: 15.0}}
+    endpoints: [{{url: "http://127.0.0.1:{upstream_port}/v1"}}]
+"""
+TENANTS_SECRET = "bench-key-secret"
+TENANTS_REDIS = "redis://127.0.0.1:6379/0"
+
+
 def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path, gc_variant: bool = False,
-               workers: int = 1) -> RunningTarget:
+               workers: int = 1, tenants: bool = False) -> RunningTarget:
     """`gc_variant`: the diagnostic `sits-gc` target (bench/sits_gc_variant.py), same arguments;
-    `workers`: `sits serve --workers N` (the `sits-2w` target: two gateway processes on one port)."""
+    `workers`: `sits serve --workers N` (the `sits-2w` target: two gateway processes on one port);
+    `tenants`: the `sits-tenants` target (bench/sits_bench_keys.py: the load's bearer key is a tenant key)."""
     cmd = sits_command()
     if cmd is None:
         raise RuntimeError(f"sits is not runnable yet ({SITS_BIN} --version failed)")
     version = sits_version(cmd)
-    name = "sits-gc" if gc_variant else ("sits" if workers == 1 else f"sits-{workers}w")
+    name = "sits-gc" if gc_variant else "sits-tenants" if tenants else ("sits" if workers == 1 else f"sits-{workers}w")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    serving = ["--backend", f"{MODEL}=http://127.0.0.1:{upstream_port}/v1"]
+    env = None
     if gc_variant:
         cmd = [str(PROJECT_PYTHON), str(BENCH_DIR / "sits_gc_variant.py")]
-    work_dir.mkdir(parents=True, exist_ok=True)
+    elif tenants:
+        cmd = [str(PROJECT_PYTHON), str(BENCH_DIR / "sits_bench_keys.py")]
+        config = work_dir / "tenants.yaml"
+        config.write_text(TENANTS_CONFIG.format(redis_url=TENANTS_REDIS, prefix=os.getpid(), model=MODEL,
+                                                upstream_port=upstream_port))
+        serving = ["--config", str(config)]
+        # the key every load generator here sends (`Bearer sk-bench`) is the bench tenant's key
+        env = {**os.environ, "SITS_KEY_SECRET": TENANTS_SECRET, "SITS_BENCH_KEY": "sk-bench"}
     last: Exception | None = None
     for attempt in range(START_ATTEMPTS):
         port = free_port()
         child = procs.start(
             name if attempt == 0 else f"{name}-{attempt}",
-            cmd + ["serve", "--backend", f"{MODEL}=http://127.0.0.1:{upstream_port}/v1",
+            cmd + ["serve", *serving,
                    "--host", "127.0.0.1", "--port", str(port), *(["--workers", str(workers)] if workers > 1 else [])],
             cpus=cpus,
             cwd=work_dir,
+            env=env,
         )
         try:
             waited = wait_http_ok(child, f"http://127.0.0.1:{port}/readyz", timeout_s=60)

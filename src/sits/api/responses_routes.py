@@ -79,8 +79,6 @@ class ResponsesRoutes:
             translator = ResponsesStream(response_id, created, body, started.answer.source)
 
             async def keep() -> None:
-                if not store:
-                    return
                 try:
                     result = translator.result
                     if result is not None:
@@ -88,7 +86,8 @@ class ResponsesRoutes:
                 except SitsError as exc:  # the answer is streaming already: it is not held back
                     log.warning("response %s was not stored: %s", response_id, exc.message)
 
-            relay = self._path.relay(started, translator, keep)
+            # not stored: nothing to wait for before the stream's last events
+            relay = self._path.relay(started, translator, keep if store else None)
             return StreamingResponse(200, relay, headers=headers, push=relay.push)
         completion = await self._path.read(started)
         result = wire.from_chat_completion(completion, response_id, created, body)

@@ -44,7 +44,7 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
-    if counts is not None and payload.find(b'_details"', at) < 0:
+    if counts is not None and b'_details"' not in payload[at:]:  # a slice and `in`: no slice arguments to parse
         return new_tuple(Usage, (counts[0], 0, counts[1], 0))
     prompt, completion = _PROMPT.search(payload, at), _COMPLETION.search(payload, at)
     if prompt is None and completion is None:

@@ -35,6 +35,7 @@ _PART_ADDED: Final = slots(_event(b"response.content_part.added", b'"sequence_nu
 _TEXT_DELTA_HEAD: Final = _event(b"response.output_text.delta", b'"sequence_number":').removesuffix(b"}\n\n")
 _TEXT_DELTA_MIDDLE: Final = slots(b',"item_id":"%b","output_index":%b,"content_index":0,"delta":"')
 _TEXT_DELTA_TAIL: Final = b'","logprobs":[]}\n\n'
+_TEXT_DELTA_TAIL_HEAD: Final = _TEXT_DELTA_TAIL + _TEXT_DELTA_HEAD
 _TEXT_DONE: Final = slots(_event(b"response.output_text.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
                           b'"content_index":0,"text":%b,"logprobs":[]'))
 _PART: Final = slots(b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}')
@@ -128,6 +129,8 @@ class ResponsesStream:
         return out
 
     def _text_pieces(self, pieces: list[bytes], out: list[bytes]) -> None:
+        if not pieces:
+            return
         text = self._text
         if text is None:
             text = self._open_message(out)
@@ -135,10 +138,14 @@ class ResponsesStream:
         sequence = self._sequence
         self._sequence = sequence + len(pieces)
         middle = self._text_delta
-        parts: list[bytes] = []
-        for piece in pieces:
-            parts += (_TEXT_DELTA_HEAD, decimal(sequence), middle, piece, _TEXT_DELTA_TAIL)
+        parts = [_TEXT_DELTA_HEAD]
+        for piece in pieces:  # one event's tail and the next one's head are one constant
+            parts.append(decimal(sequence))
+            parts.append(middle)
+            parts.append(piece)
+            parts.append(_TEXT_DELTA_TAIL_HEAD)
             sequence += 1
+        parts[-1] = _TEXT_DELTA_TAIL
         out.append(b"".join(parts))
 
     def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:

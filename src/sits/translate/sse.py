@@ -3,7 +3,7 @@ write named events."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -87,5 +87,12 @@ def fill(template: tuple[bytes, ...], values: tuple[bytes, ...]) -> bytes:
     return b"".join(parts)
 
 
+# The decimals a stream's sequence numbers and indices mostly are, written once: a lookup instead of a
+# str() and an encode() per event.
+_DECIMALS: Final = tuple(b"%d" % n for n in range(4096))
+
+
 def decimal(number: int) -> bytes:
+    if 0 <= number < 4096:
+        return _DECIMALS[number]
     return str(number).encode()

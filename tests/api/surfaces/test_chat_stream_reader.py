@@ -4,6 +4,7 @@ an event of another shape in the middle of a run is read for what it is."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
@@ -97,3 +98,44 @@ def test_events_of_the_shape_learnt_earlier_in_the_same_read_are_sliced():
     items = ChatStreamReader().feed(event({"role": "assistant", "content": ""}) + first + other + other
                                     + b"data: [DONE]\n\n")
     assert [p for i in items if isinstance(i, list) for p in i] == [b"Hello", rb"caf\u00e9", rb"caf\u00e9"]
+
+
+def _wire_event(kind: str, text: str) -> bytes:
+    if kind == "text":
+        return event({"content": text})
+    if kind == "role":
+        return event({"role": "assistant", "content": ""})
+    if kind == "tool":
+        return event({"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": '{"a":'}}]})
+    if kind == "usage":
+        return event({"content": "u"}, usage={"prompt_tokens": 3})
+    if kind == "finish":
+        return event({}, "stop")
+    if kind == "reasoning":  # the learnt head, then the text and another field before the learnt tail
+        return event({"content": "r", "reasoning_content": "z"})
+    if kind == "named":
+        return b"event: chunk\n" + event({"content": "n"})
+    return b": keep-alive\n\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("text"), st.text(max_size=5)),
+                          st.tuples(st.sampled_from(["role", "tool", "usage", "finish", "named", "comment", "reasoning"]),
+                                    st.just(""))), min_size=1, max_size=40),
+       st.lists(st.integers(0, 20000), max_size=6))
+def test_any_mix_of_events_reads_the_same_in_one_chunk_cut_anywhere_or_one_event_a_read(events, cuts):
+    # Sliced by the learnt shape or parsed, in reads of many events, cut anywhere or one event a read: the
+    # same text and the same other events, in order.
+    wires = [_wire_event(kind, text) for kind, text in events]
+    wire = b"".join(wires) + b"data: [DONE]\n\n"
+    said = {"usage": "u", "named": "n", "reasoning": "r"}  # the text those events carry beside other fields
+    expected = "".join(text if kind == "text" else said.get(kind, "") for kind, text in events)
+    whole, cut = read(wire), read(wire, cuts)
+    each = read(wire, list(itertools.accumulate(len(w) for w in wires)))
+    assert whole == cut == each
+    assert whole[0] == expected
+    assert [o.tools[0].name for o in whole[1] if isinstance(o, ChatDelta) and o.tools] \
+        == ["f" for kind, _ in events if kind == "tool"]
+    assert [o.reasoning for o in whole[1] if isinstance(o, ChatDelta) and o.reasoning] \
+        == ["z" for kind, _ in events if kind == "reasoning"]
+    assert whole[1][-1] == StreamEnd()
