@@ -28,7 +28,7 @@ for kind, rest in string.gmatch(ARGV[2], '([@%a])([^;]*);') do
   else
     k = k + 1
     local key = KEYS[k]
-    if kind == 't' then
+    if kind == 't' and tokens ~= 0 then
       local tat = tonumber(redis.call('GET', key) or '0')
       if tat < now then tat = now end
       tat = tat + tokens * W / tonumber(string.sub(rest, 2))
@@ -39,15 +39,20 @@ for kind, rest in string.gmatch(ARGV[2], '([@%a])([^;]*);') do
       end
     elseif kind == 'c' then
       redis.call('ZREM', key, member)
-    elseif kind == 'b' then
+    elseif kind == 'b' and nano ~= '0' then
       if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, nano) end
     end
   end
 end
-local function admit(checks, base, member)
-  local seen = {}
+local function amount_of(c, T, B)
+  local amount = c[3]
+  if amount == 'T' then return T elseif amount == 'B' then return B end
+  return amount
+end
+local function admit(checks, base, member, T, B)
+  local seen, fresh = {}, {}
   for i, c in ipairs(checks) do
-    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
+    local kind, limit, amount, key = c[1], c[2], amount_of(c, T, B), KEYS[base + i]
     if kind == 'r' or kind == 't' then
       local tat = tonumber(redis.call('GET', key) or '0')
       if tat < now then tat = now end
@@ -58,22 +63,27 @@ local function admit(checks, base, member)
       end
       seen[i] = tat
     elseif kind == 'c' then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+      -- expired leases (a replica that died) are swept only when the set looks full
       if redis.call('ZCARD', key) >= limit then
-        local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-        return string.format('0,%d,1000,%d', i, math.ceil(tonumber(first[2])))
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+        if redis.call('ZCARD', key) >= limit then
+          local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+          return string.format('0,%d,1000,%d', i, math.ceil(tonumber(first[2])))
+        end
       end
     else
-      local spent = tonumber(redis.call('GET', key) or c[4])
+      local held = redis.call('GET', key)
+      local spent = tonumber(held or c[4])
       if limit >= 0 and spent >= limit then
         return string.format('0,%d,%d,%d', i, c[5] > 0 and (c[5] - now) or 0, c[5])
       end
       seen[i] = spent
+      fresh[i] = not held
     end
   end
   local out = '1'
   for i, c in ipairs(checks) do
-    local kind, limit, amount, key = c[1], c[2], c[3], KEYS[base + i]
+    local kind, limit, amount, key = c[1], c[2], amount_of(c, T, B), KEYS[base + i]
     if kind == 'r' or kind == 't' then
       local tat = seen[i] + amount * W / limit
       redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
@@ -81,23 +91,33 @@ local function admit(checks, base, member)
       redis.call('ZADD', key, now + lease, member)
       redis.call('PEXPIRE', key, lease + 1000)
     else
-      redis.call('SET', key, string.format('%.0f', seen[i] + amount))
-      if c[5] > 0 then redis.call('PEXPIREAT', key, c[5] + 86400000) end
+      if not fresh[i] then  -- counted in place: its expiry stays
+        redis.call('INCRBY', key, string.format('%.0f', amount))
+      elseif c[5] > 0 then  -- a new period's counter, created with its expiry
+        redis.call('SET', key, string.format('%.0f', seen[i] + amount), 'PX', c[5] + 86400000 - now)
+      else
+        redis.call('SET', key, string.format('%.0f', seen[i] + amount))
+      end
       out = out .. string.format(',%.0f', seen[i])
     end
   end
   return out
 end
 local answers = {}
+local plans = {}  -- each plan's checks, parsed once per call: the requests of a batch mostly share theirs
 for j = 3, #ARGV, 3 do
   local tokens, nano = string.match(ARGV[j + 2], '^([^:]+):(.+)$')
-  local amounts = {T = tonumber(tokens), B = tonumber(nano)}
-  local checks = {}
-  for kind, limit, amount, seed, ends in string.gmatch(ARGV[j], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
-    checks[#checks + 1] = {kind, tonumber(limit), amounts[amount] or tonumber(amount), tonumber(seed), tonumber(ends)}
+  local plan = plans[ARGV[j]]
+  if not plan then
+    plan = {}
+    for kind, limit, amount, seed, ends in string.gmatch(ARGV[j], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
+      if amount ~= 'T' and amount ~= 'B' then amount = tonumber(amount) end
+      plan[#plan + 1] = {kind, tonumber(limit), amount, tonumber(seed), tonumber(ends)}
+    end
+    plans[ARGV[j]] = plan
   end
-  answers[#answers + 1] = admit(checks, k, ARGV[j + 1])
-  k = k + #checks
+  answers[#answers + 1] = admit(plan, k, ARGV[j + 1], tonumber(tokens), tonumber(nano))
+  k = k + #plan
 end
 return table.concat(answers, '|')
 """

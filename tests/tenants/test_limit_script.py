@@ -1,0 +1,63 @@
+"""The limiter's batch script against the machine's real Redis: a budget counter keeps the expiry it was
+created with while requests count on it, and a concurrency lease whose holder never gave it back is
+swept once the set is full and the lease has expired."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import redis.asyncio as aioredis
+
+from sits.tenants.limiter import BUDGET, CONCURRENCY, Check, Denied, Limiter, Reservation
+from sits.tenants.redis_wire import RedisWire
+from tests.tenants.conftest import REDIS_URL
+
+
+def _prefix() -> str:
+    return f"sits:test:{uuid.uuid4().hex}:"
+
+
+async def test_a_budget_counter_counts_in_place_and_keeps_the_expiry_it_was_created_with():
+    key = _prefix() + "b"
+    period_end_ms = int(time.time() * 1000) + 3_600_000
+    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"])
+    plan = limiter.plan([Check(BUDGET, "key", key, 10_000, seed=500, period_end_ms=period_end_ms)])
+    plain = aioredis.from_url(REDIS_URL)
+    try:
+        first = await limiter.admit(plan, 0, 1_000, "m1")
+        assert isinstance(first, Reservation) and list(first.budget_spent) == [500]  # seeded from the spend log
+        created_ttl = await plain.pttl(key)
+        expected = period_end_ms + 86_400_000 - int(time.time() * 1000)
+        assert abs(created_ttl - expected) < 5_000
+        second = await limiter.admit(plan, 0, 2_000, "m2")
+        assert isinstance(second, Reservation) and list(second.budget_spent) == [1_500]
+        assert int(await plain.get(key)) == 3_500
+        assert abs(await plain.pttl(key) - created_ttl) < 5_000  # counted in place: the expiry stays
+        # 3,500 of 10,000 spent: a request is admitted on what is spent before it, the next one refused
+        assert isinstance(await limiter.admit(plan, 0, 7_000, "m3"), Reservation)
+        assert isinstance(await limiter.admit(plan, 0, 1, "m4"), Denied)
+    finally:
+        await plain.delete(key)
+        await plain.aclose()
+        await limiter.close()
+
+
+async def test_an_expired_lease_is_swept_when_the_set_is_full():
+    key = _prefix() + "c"
+    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"], lease_s=0.3)
+    plan = limiter.plan([Check(CONCURRENCY, "key", key, 2)])
+    plain = aioredis.from_url(REDIS_URL)
+    try:
+        # two requests whose replica died with them: their leases are never given back
+        assert isinstance(await limiter.admit(plan, 0, 0, "gone-1"), Reservation)
+        assert isinstance(await limiter.admit(plan, 0, 0, "gone-2"), Reservation)
+        assert isinstance(await limiter.admit(plan, 0, 0, "third"), Denied)  # both leases still alive
+        await asyncio.sleep(0.4)  # past the lease
+        assert isinstance(await limiter.admit(plan, 0, 0, "fourth"), Reservation)
+        assert await plain.zrange(key, 0, -1) == [b"fourth"]  # the dead leases were swept
+    finally:
+        await plain.delete(key)
+        await plain.aclose()
+        await limiter.close()
