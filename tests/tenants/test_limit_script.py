@@ -61,3 +61,27 @@ async def test_an_expired_lease_is_swept_when_the_set_is_full():
         await plain.delete(key)
         await plain.aclose()
         await limiter.close()
+
+
+async def _script_calls(plain: aioredis.Redis) -> int:
+    stats = await plain.info("commandstats")
+    return sum(int((stats.get(name) or {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+async def test_a_full_batch_goes_at_once_and_the_rest_with_the_loop_turn():
+    # Redis works on a full batch while the gateway reads on: five admissions of one loop turn with
+    # max_batch 2 are three script calls (2, 2, then the last one at the turn's end), all admitted.
+    key = _prefix() + "c"
+    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"], max_batch=2)
+    plan = limiter.plan([Check(CONCURRENCY, "key", key, 100)])
+    plain = aioredis.from_url(REDIS_URL)
+    try:
+        assert isinstance(await limiter.admit(plan, 0, 0, "warm"), Reservation)  # the script is loaded
+        before = await _script_calls(plain)
+        outcomes = await asyncio.gather(*(limiter.admit(plan, 0, 0, f"m{i}") for i in range(5)))
+        assert all(isinstance(o, Reservation) for o in outcomes)
+        assert await _script_calls(plain) - before == 3
+    finally:
+        await plain.delete(key)
+        await plain.aclose()
+        await limiter.close()

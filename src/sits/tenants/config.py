@@ -42,6 +42,9 @@ class LimitsConfig(_Strict):
     retry_redis_s: PositiveFloat = 1.0
     # A concurrency slot a replica took and never gave back (it died) frees itself after this long.
     concurrency_lease_s: PositiveFloat = 600.0
+    # Admissions per Redis call: a call goes as soon as this many wait, so Redis works on it while the
+    # gateway reads the rest of the loop turn's requests (0: one call per loop turn, however many).
+    max_batch: Annotated[int, Field(ge=0, le=10_000)] = 8
     # Every counter's Redis key starts with this (several gateways may share one Redis).
     key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "sits:lim:"
     # Distinct team label values in metrics; later teams are counted as "other".

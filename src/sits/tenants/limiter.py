@@ -228,7 +228,7 @@ class Limiter:
     """Admits or refuses a request's checks on Redis (one shared round trip), or alone when Redis is away."""
 
     def __init__(self, redis: RedisWire | None, members: Callable[[], Sequence[str]], *,
-                 lease_s: float = 600.0, retry_redis_s: float = 1.0,
+                 lease_s: float = 600.0, retry_redis_s: float = 1.0, max_batch: int = 0,
                  clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         """`redis`: where limits are shared (None: this replica counts alone, its share of each limit)."""
@@ -238,6 +238,7 @@ class Limiter:
         self._head = b"$7\r\nEVALSHA\r\n" + _bulk(BATCH.sha.encode())
         self._lease_arg = _bulk(b"%d" % self.lease_ms)
         self._retry_s = retry_redis_s
+        self._max_batch = max_batch  # 0: one call per loop turn
         self._clock = clock
         self.local = LocalCounters(wall_ms)
         self._known_spent: dict[str, int] = {}  # last budget values Redis answered: the fallback starts there
@@ -273,8 +274,11 @@ class Limiter:
         if self.mode == "redis":
             loop = asyncio.get_running_loop()
             future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
-            self._admissions.append((plan, nano, member, plan.admission(tokens, nano, member), future))
-            if not self._scheduled:
+            admissions = self._admissions
+            admissions.append((plan, nano, member, plan.admission(tokens, nano, member), future))
+            if len(admissions) == self._max_batch:  # full: Redis works on it while this turn reads on
+                self._send()
+            elif not self._scheduled:
                 self._scheduled = True
                 loop.call_soon(self._send)
             return future
