@@ -93,8 +93,8 @@ local function admit(checks, base, member, T, B)
     else
       if not fresh[i] then  -- counted in place: its expiry stays
         redis.call('INCRBY', key, string.format('%.0f', amount))
-      elseif c[5] > 0 then  -- a new period's counter, created with its expiry
-        redis.call('SET', key, string.format('%.0f', seen[i] + amount), 'PX', c[5] + 86400000 - now)
+      elseif c[5] > 0 then  -- a new period's counter, created with its expiry (a day after the period)
+        redis.call('SET', key, string.format('%.0f', seen[i] + amount), 'PX', math.max(1000, c[5] + 86400000 - now))
       else
         redis.call('SET', key, string.format('%.0f', seen[i] + amount))
       end
