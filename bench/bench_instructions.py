@@ -5,7 +5,8 @@ neighbour on the same physical core); the number of instructions one request cos
 repeat within about 1%). This is the figure to compare two commits' hot paths with; the
 side-by-side run (`run_gateway_bench.py`) stays the one that measures req/s and latency.
 
-How: `fast_upstream.py` on CPU 1; `sits serve --backend bench-model=...` under
+How: `fast_upstream.py` on CPU 1; `sits serve` (what `--backend bench-model=...` serves, admission's limit
+pinned above the clients: see PINNED_CONFIG) under
 `valgrind --tool=callgrind --instr-atstart=no` on CPU 0; a warm-up of `--warmup` requests
 uninstrumented; then `callgrind_control -i on`, `--requests` requests from a closed-loop aiohttp
 client at `--concurrency`, `-i off`, dump, and the total instruction count divided by the requests.
