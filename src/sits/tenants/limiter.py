@@ -7,7 +7,8 @@ scope: the "theoretical arrival time", a sliding minute without buckets); concur
 leases (a replica that dies leaks nothing past `concurrency_lease_s`); budgets are integer nano-USD
 counters per period. What one event-loop turn of this replica has to ask (the admissions of the requests
 that arrived, the settlements of those that ended: actual tokens and cost, leases given back) goes in
-ONE script call (EVALSHA): at most one Redis round trip per request, shared.
+ONE script call (EVALSHA): at most one Redis round trip per request, shared; a turn with more than
+`max_batch` admissions sends each full batch at once, so Redis works on it while the turn reads on.
 
 When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
 from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
