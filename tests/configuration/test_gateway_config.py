@@ -16,6 +16,7 @@ from sits.errors import ConfigError
     ("attachments", {"max_files": 0}, "attachments.max_files"),
     ("tenants", {"spend_log": {"batch_rows": 0}}, "tenants.spend_log.batch_rows"),
     ("tenants", {"database": "x"}, "tenants.database: unknown key"),
+    ("tenants", {"limits": {"max_batch": -1}}, "tenants.limits.max_batch"),
 ])
 def test_a_bad_section_fails_at_load_naming_its_path(section, raw, path):
     with pytest.raises(ConfigError) as info:
