@@ -38,6 +38,9 @@ def test_usage_by_kind_is_read_from_the_answer() -> None:
                 b'"prompt_tokens_details":{"cached_tokens":5}}}')
     assert usage_from(detailed, (7, 2)) == Usage(7, 5, 2, 0)
     assert usage_from(b'{"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}', (7, 2)) == Usage(7, 0, 2, 0)
+    # `_details"` in the answer's text, before the usage, is not the usage's: the counts given are used
+    texted = b'{"choices":[{"message":{"content":"see the_details"}}],"usage":{"prompt_tokens":7,"completion_tokens":2}}'
+    assert usage_from(texted, (70, 20)) == Usage(70, 0, 20, 0)
 
 
 def test_prices_in_config_per_million_per_thousand_and_per_endpoint() -> None:

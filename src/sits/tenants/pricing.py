@@ -44,7 +44,9 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
-    if counts is not None and b'_details"' not in payload[at:]:  # a slice and `in`: no slice arguments to parse
+    # the last `_details"` before the usage: none in it. (No slice arguments to parse, and no `in`, which
+    # first tries a bytes needle as an integer and builds and clears a TypeError.)
+    if counts is not None and payload.rfind(b'_details"') < at:
         return new_tuple(Usage, (counts[0], 0, counts[1], 0))
     prompt, completion = _PROMPT.search(payload, at), _COMPLETION.search(payload, at)
     if prompt is None and completion is None:
