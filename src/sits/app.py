@@ -70,6 +70,7 @@ from sits.control.kv_migration import KvMigrator
 from sits.control.local_models import local_model_specs
 from sits.control.registry import Registry
 from sits.control.registry_records import records_from_config
+from sits.control.shared_store_follower import SharedStoreFollower
 from sits.pipeline.admission_step import Admission
 from sits.pipeline.cache_embedder import load_minilm_embedder
 from sits.pipeline.cache_step import CacheStep
@@ -114,7 +115,6 @@ if TYPE_CHECKING:
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-REGISTRY_SYNC_S = 0.5
 DATA_PLANE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files",
                               RESPONSES, MESSAGES, MESSAGES_COUNT_TOKENS})
 
@@ -348,7 +348,8 @@ class Gateway:
         self._background: list[Runnable] = [
             self._tokenizers_loaded, self._adapters_restored, BackgroundTask("sits-health-prober", self._prober.run)]
         if self._worker_share is not None:  # --workers N: catch up with the other workers' changes
-            self._background.append(BackgroundTask("sits-registry-sync", self._follow_registry))
+            self._background.append(BackgroundTask("sits-registry-sync",
+                                                   SharedStoreFollower(self.registry, self.adapters).run))
         if self._engine_metrics is not None:
             self._background.append(SyncStart("sits-engine-metrics", self._engine_metrics))
         if self._worker_share is not None:
@@ -423,18 +424,6 @@ class Gateway:
             await self.http2.start(self.host, reuse_port=sock is not None)
         log.info("sits listening on %s:%d with models %s; hot path %s", self.host, self.bound_port,
                  ", ".join(self.routing_table().names()), HOT_PATH.describe())
-
-    async def _follow_registry(self, interval_s: float = REGISTRY_SYNC_S) -> None:
-        """With --workers N the processes share the registry's store and the adapters' file; a change made
-        through one worker reaches the others within `interval_s` (each change also syncs first, so none
-        is lost)."""
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.registry.sync()
-                await self.adapters.sync()  # adapter registrations and activations, in their own store
-            except Exception:  # a store that cannot be read now may be readable at the next tick
-                log.exception("registry sync failed")
 
     async def stop(self) -> None:
         """Report not ready, stop accepting, drain in-flight requests (bounded), stop runnables, close clients."""
