@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import redis.asyncio as aioredis
 
@@ -19,13 +21,24 @@ def _prefix() -> str:
     return f"sits:test:{uuid.uuid4().hex}:"
 
 
+@asynccontextmanager
+async def _on_redis(key: str, **limiter_args: float) -> AsyncIterator[tuple[Limiter, aioredis.Redis]]:
+    """A limiter on the real Redis and a plain client to look at `key` with; `key` deleted after."""
+    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"], **limiter_args)  # type: ignore[arg-type]
+    plain = aioredis.from_url(REDIS_URL)
+    try:
+        yield limiter, plain
+    finally:
+        await plain.delete(key)
+        await plain.aclose()
+        await limiter.close()
+
+
 async def test_a_budget_counter_counts_in_place_and_keeps_the_expiry_it_was_created_with():
     key = _prefix() + "b"
     period_end_ms = int(time.time() * 1000) + 3_600_000
-    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"])
-    plan = limiter.plan([Check(BUDGET, "key", key, 10_000, seed=500, period_end_ms=period_end_ms)])
-    plain = aioredis.from_url(REDIS_URL)
-    try:
+    async with _on_redis(key) as (limiter, plain):
+        plan = limiter.plan([Check(BUDGET, "key", key, 10_000, seed=500, period_end_ms=period_end_ms)])
         first = await limiter.admit(plan, 0, 1_000, "m1")
         assert isinstance(first, Reservation) and list(first.budget_spent) == [500]  # seeded from the spend log
         created_ttl = await plain.pttl(key)
@@ -38,18 +51,12 @@ async def test_a_budget_counter_counts_in_place_and_keeps_the_expiry_it_was_crea
         # 3,500 of 10,000 spent: a request is admitted on what is spent before it, the next one refused
         assert isinstance(await limiter.admit(plan, 0, 7_000, "m3"), Reservation)
         assert isinstance(await limiter.admit(plan, 0, 1, "m4"), Denied)
-    finally:
-        await plain.delete(key)
-        await plain.aclose()
-        await limiter.close()
 
 
 async def test_an_expired_lease_is_swept_when_the_set_is_full():
     key = _prefix() + "c"
-    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"], lease_s=0.3)
-    plan = limiter.plan([Check(CONCURRENCY, "key", key, 2)])
-    plain = aioredis.from_url(REDIS_URL)
-    try:
+    async with _on_redis(key, lease_s=0.3) as (limiter, plain):
+        plan = limiter.plan([Check(CONCURRENCY, "key", key, 2)])
         # two requests whose replica died with them: their leases are never given back
         assert isinstance(await limiter.admit(plan, 0, 0, "gone-1"), Reservation)
         assert isinstance(await limiter.admit(plan, 0, 0, "gone-2"), Reservation)
@@ -57,10 +64,6 @@ async def test_an_expired_lease_is_swept_when_the_set_is_full():
         await asyncio.sleep(0.4)  # past the lease
         assert isinstance(await limiter.admit(plan, 0, 0, "fourth"), Reservation)
         assert await plain.zrange(key, 0, -1) == [b"fourth"]  # the dead leases were swept
-    finally:
-        await plain.delete(key)
-        await plain.aclose()
-        await limiter.close()
 
 
 async def _script_calls(plain: aioredis.Redis) -> int:
@@ -72,16 +75,10 @@ async def test_a_full_batch_goes_at_once_and_the_rest_with_the_loop_turn():
     # Redis works on a full batch while the gateway reads on: five admissions of one loop turn with
     # max_batch 2 are three script calls (2, 2, then the last one at the turn's end), all admitted.
     key = _prefix() + "c"
-    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"], max_batch=2)
-    plan = limiter.plan([Check(CONCURRENCY, "key", key, 100)])
-    plain = aioredis.from_url(REDIS_URL)
-    try:
+    async with _on_redis(key, max_batch=2) as (limiter, plain):
+        plan = limiter.plan([Check(CONCURRENCY, "key", key, 100)])
         assert isinstance(await limiter.admit(plan, 0, 0, "warm"), Reservation)  # the script is loaded
         before = await _script_calls(plain)
         outcomes = await asyncio.gather(*(limiter.admit(plan, 0, 0, f"m{i}") for i in range(5)))
         assert all(isinstance(o, Reservation) for o in outcomes)
         assert await _script_calls(plain) - before == 3
-    finally:
-        await plain.delete(key)
-        await plain.aclose()
-        await limiter.close()
