@@ -42,27 +42,15 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa: E402
+from targets import TENANTS_SECRET, tenants_config  # noqa: E402
 
 _TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
 
-# --tenants: the key gate on, with the bench key's limits counted in Redis and its budgets reserved and settled
-# (bench/sits_bench_keys.py); the model has a price so every request's cost is computed.
-# Admission's limit pinned above the bench's concurrency: under valgrind the gateway runs ~50x slower, its
-# requests' round trips pass the adaptive limiter's 20 ms floor, and the slower tenants-on path would be
-# queued in admission (about 15k a request that tenants off never pays). Pinned, neither run queues.
-TENANTS_CONFIG = """
-admission:
-  limiter: {type: fixed, limit: 64}
-tenants:
-  enabled: true
-  limits: {redis_url: "REDIS_URL", key_prefix: "sits:bench:PREFIX:"}
-models:
-  - name: bench-model
-    price: {input: 3.0, cached_input: 0.3, output: 15.0}
-    endpoints: [{url: "UPSTREAM_URL"}]
-"""
-TENANTS_SECRET = "bench-key-secret"
+# --tenants: the key gate on (targets.tenants_config), with admission's limit pinned above the bench's
+# concurrency: under valgrind the gateway runs ~50x slower, its requests' round trips pass the adaptive
+# limiter's 20 ms floor, and the slower tenants-on path would be queued in admission (about 15k a request that
+# tenants off never pays). Pinned, neither run queues.
 TENANTS_KEY = "sk-bench-tenant-key"
 
 # The same question on each API surface: (path, body, extra headers, what a complete stream ends with).
@@ -153,8 +141,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             command[3:] = ["--config", str(config_file)]
         if tenants_redis is not None:  # the key gate on: the bench key's runner, its config, its key
             config_file = out_dir / "tenants.yaml"
-            config_file.write_text(TENANTS_CONFIG.replace("UPSTREAM_URL", upstream_url)
-                                   .replace("REDIS_URL", tenants_redis).replace("PREFIX", str(os.getpid())))
+            config_file.write_text(tenants_config(upstream_url, tenants_redis, pinned_admission=True))
             command = [str(HERE / "sits_bench_keys.py"), "serve", "--config", str(config_file)]
             env["SITS_KEY_SECRET"], env["SITS_BENCH_KEY"] = TENANTS_SECRET, TENANTS_KEY
     else:  # the bare Python proxy: what any gateway on this stack costs at the least

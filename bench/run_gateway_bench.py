@@ -208,6 +208,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "(python-floor: the bare Python proxy, bench/python_proxy_floor.py; sits-tenants: the key gate on, "
                          "limits counted in the Redis on 127.0.0.1:6379; sits-2w: sits serve --workers 2, for scaling "
                          "(give it --gateway-cpus 0,1); sits-gc: diagnostic, SITS with gc.freeze + higher GC thresholds)")
+    ap.add_argument("--tenants-max-batch", type=int,
+                    help="the sits-tenants target's limits.max_batch (default: the gateway's own default)")
     ap.add_argument("--gateway-cpus", default="0", help="taskset CPU list for the gateway under test")
     ap.add_argument("--load-cpus", default="1", help="taskset CPU list for upstream, wrk, probe and this harness")
     ap.add_argument("--probe-max-requests", type=int, default=1_000_000)
@@ -237,6 +239,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.targets) - {"direct", "python-floor", "sits", "litellm", "sits-gc", "sits-2w", "sits-tenants"}
     if unknown:
         ap.error(f"unknown targets: {sorted(unknown)}")
+    if args.tenants_max_batch is not None and not 0 <= args.tenants_max_batch <= 10_000:
+        ap.error("--tenants-max-batch must be in 0..10000")
     if "direct" not in args.targets:
         args.targets.insert(0, "direct")  # added latency needs the floor
     return args
@@ -311,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                     elif name in ("sits", "sits-gc", "sits-2w", "sits-tenants"):
                         target = start_sits(procs, upstream.port, args.gateway_cpus, TMP_DIR / name,
                                             gc_variant=name == "sits-gc", workers=2 if name == "sits-2w" else 1,
-                                            tenants=name == "sits-tenants")
+                                            tenants=name == "sits-tenants", tenants_max_batch=args.tenants_max_batch)
                         results["versions"]["sits"] = target.version
                     else:
                         target = start_litellm(procs, upstream.port, args.gateway_cpus, TMP_DIR / "litellm")

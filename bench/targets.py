@@ -67,27 +67,30 @@ def sits_version(cmd: list[str]) -> str:
     return (out.stdout or out.stderr).strip()
 
 
-# The `sits-tenants` target: the key gate on, as `bench_instructions.py --tenants` prices it (the bench key's
-# rpm, tpm and concurrency limits counted in Redis, a key and a team budget reserved and settled, a priced
-# model), with admission as configured by default, as for the `sits` target.
-TENANTS_CONFIG = """
-tenants:
-  enabled: true
-  limits: {{redis_url: "{redis_url}", key_prefix: "sits:bench:{prefix}:"}}
-models:
-  - name: {model}
-    price: {{input: 3.0, cached_input: 0.3, output: 15.0}}
-    endpoints: [{{url: "http://127.0.0.1:{upstream_port}/v1"}}]
-"""
-TENANTS_SECRET = "bench-key-secret"
+TENANTS_SECRET = "bench-key-secret"  # what bench/sits_bench_keys.py hashes the bench key under
 TENANTS_REDIS = "redis://127.0.0.1:6379/0"
 
 
+def tenants_config(upstream_url: str, redis_url: str = TENANTS_REDIS, *, pinned_admission: bool = False,
+                   max_batch: int | None = None) -> str:
+    """The key gate on, as the benches price it (bench/sits_bench_keys.py supplies the key: rpm, tpm and
+    concurrency limits counted in Redis, a key and a team budget reserved and settled), the model priced so
+    every request's cost is computed. `pinned_admission`: admission's limit fixed at 64 (for valgrind
+    runs, see bench_instructions.py); `max_batch`: `limits.max_batch` when not the default."""
+    admission = "admission:\n  limiter: {type: fixed, limit: 64}\n" if pinned_admission else ""
+    batch = f", max_batch: {max_batch}" if max_batch is not None else ""
+    return (f"{admission}tenants:\n  enabled: true\n"
+            f'  limits: {{redis_url: "{redis_url}", key_prefix: "sits:bench:{os.getpid()}:"{batch}}}\n'
+            f"models:\n  - name: {MODEL}\n    price: {{input: 3.0, cached_input: 0.3, output: 15.0}}\n"
+            f'    endpoints: [{{url: "{upstream_url}"}}]\n')
+
+
 def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path, gc_variant: bool = False,
-               workers: int = 1, tenants: bool = False) -> RunningTarget:
+               workers: int = 1, tenants: bool = False, tenants_max_batch: int | None = None) -> RunningTarget:
     """`gc_variant`: the diagnostic `sits-gc` target (bench/sits_gc_variant.py), same arguments;
     `workers`: `sits serve --workers N` (the `sits-2w` target: two gateway processes on one port);
-    `tenants`: the `sits-tenants` target (bench/sits_bench_keys.py: the load's bearer key is a tenant key)."""
+    `tenants`: the `sits-tenants` target (bench/sits_bench_keys.py: the load's bearer key is a tenant key),
+    admission as configured by default, as for the `sits` target."""
     cmd = sits_command()
     if cmd is None:
         raise RuntimeError(f"sits is not runnable yet ({SITS_BIN} --version failed)")
@@ -101,8 +104,7 @@ def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir
     elif tenants:
         cmd = [str(PROJECT_PYTHON), str(BENCH_DIR / "sits_bench_keys.py")]
         config = work_dir / "tenants.yaml"
-        config.write_text(TENANTS_CONFIG.format(redis_url=TENANTS_REDIS, prefix=os.getpid(), model=MODEL,
-                                                upstream_port=upstream_port))
+        config.write_text(tenants_config(f"http://127.0.0.1:{upstream_port}/v1", max_batch=tenants_max_batch))
         serving = ["--config", str(config)]
         # the key every load generator here sends (`Bearer sk-bench`) is the bench tenant's key
         env = {**os.environ, "SITS_KEY_SECRET": TENANTS_SECRET, "SITS_BENCH_KEY": "sk-bench"}
