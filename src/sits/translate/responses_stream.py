@@ -129,7 +129,7 @@ class ResponsesStream:
         return out
 
     def _text_pieces(self, pieces: list[bytes], out: list[bytes]) -> None:
-        if not pieces:
+        if not pieces:  # the join below ends on the last piece's tail: it needs one piece at least
             return
         text = self._text
         if text is None:
