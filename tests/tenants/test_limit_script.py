@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from sits.tenants.limiter import BUDGET, CONCURRENCY, Check, Denied, Limiter, Reservation
 from sits.tenants.redis_wire import RedisWire
+from tests.api.cluster_harness import RedisServer
 from tests.tenants.conftest import REDIS_URL
 
 
@@ -51,6 +52,28 @@ async def test_a_budget_counter_counts_in_place_and_keeps_the_expiry_it_was_crea
         # 3,500 of 10,000 spent: a request is admitted on what is spent before it, the next one refused
         assert isinstance(await limiter.admit(plan, 0, 7_000, "m3"), Reservation)
         assert isinstance(await limiter.admit(plan, 0, 1, "m4"), Denied)
+
+
+async def test_counting_alone_starts_from_the_budget_redis_last_answered():
+    # The budget values of Redis's answers are read only when Redis is lost: counting alone then starts
+    # from the last one (with its reservation), not from the period's seed.
+    server = RedisServer()
+    server.start()
+    limiter = Limiter(RedisWire(server.url, timeout_s=0.3), lambda: ["replica-a"], retry_redis_s=60)
+    try:
+        plan = limiter.plan([Check(BUDGET, "key", _prefix() + "b", 10_000, period_end_ms=0)])
+        assert isinstance(await limiter.admit(plan, 0, 1_000, "m1"), Reservation)
+        second = await limiter.admit(plan, 0, 3_000, "m2")
+        assert isinstance(second, Reservation) and second.budget_spent == [1_000]
+        server.stop()
+        # 4,000 spent on Redis: alone, 6,000 more are admitted (the request starts under the limit), then none
+        third = await limiter.admit(plan, 0, 7_000, "m3")
+        assert limiter.mode == "fallback"
+        assert isinstance(third, Reservation) and third.backend == "local" and third.budget_spent == [4_000]
+        assert isinstance(await limiter.admit(plan, 0, 1, "m4"), Denied)
+    finally:
+        server.stop()
+        await limiter.close()
 
 
 async def test_an_expired_lease_is_swept_when_the_set_is_full():

@@ -90,10 +90,10 @@ class ResponsesRoutes:
             relay = self._path.relay(started, translator, keep if store else None)
             return StreamingResponse(200, relay, headers=headers, push=relay.push)
         completion = await self._path.read(started)
-        result = wire.from_chat_completion(completion, response_id, created, body)
-        if store:
-            await self._keep(response_id, result, items, asked)
-        return HttpResponse(200, orjson.dumps(result[0]), headers=headers)
+        payload, message = wire.from_chat_completion(completion, response_id, created, body)
+        if store:  # the stored object is read back from the bytes the client gets
+            await self._keep(response_id, (orjson.loads(payload), message), items, asked)
+        return HttpResponse(200, payload, headers=headers)
 
     async def _relayed(self, started: Started, stream: bool, store: bool, items: list[dict[str, Any]],
                        asked: list[dict[str, Any]]) -> HttpResponse | StreamingResponse:

@@ -22,7 +22,7 @@ from sits.pipeline.priority import priority_from
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.tracing import RequestTrace
 from sits.tenants.gate import TenantGate
-from sits.tenants.records import KeyRecord
+from sits.tenants.records import KeyRecord, TeamRecord
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 USER_HEADER = "x-sits-user"
@@ -56,20 +56,23 @@ class HttpTenantGate:
         self.ask_stream_usage = ask_stream_usage  # a keyed stream asks its upstream for the usage event
         self._prompt_tokens = prompt_tokens
         self._paths = paths
-        self._request: HttpRequest | None = None  # the request the hook last authenticated, and its key
+        self._request: HttpRequest | None = None  # the request the hook last authenticated, its key and team
         self._key: KeyRecord | None = None
+        self._team: TeamRecord | None = None
         self._warnings: dict[int, str] = {}  # id(request) -> soft-budget warning, until its answer takes it
 
     def before(self, request: HttpRequest, path: str) -> None:
         """The dispatcher's hook: 401 for a data-plane request without a usable key."""
         if path in self._paths:
-            self._key = self.gate.authenticate(_bearer(request))
+            key = self._key = self.gate.authenticate(_bearer(request))
+            self._team = self.gate.team_of(key)
             self._request = request
 
     def authenticate_call(self, request: HttpRequest) -> None:
         """For a door without the dispatcher's hook (gRPC, its metadata as `request`): 401 without a
         usable key; the key then feeds the admission class and `admit`, as on HTTP."""
-        self._key = self.gate.authenticate(_bearer(request))
+        key = self._key = self.gate.authenticate(_bearer(request))
+        self._team = self.gate.team_of(key)
         self._request = request
 
     def asks_stream_usage(self, seen: Observation, body: Mapping[str, Any]) -> bool:
@@ -98,10 +101,13 @@ class HttpTenantGate:
             key = self._key if self._request is request else None
             if key is None:  # a door that skipped the hook
                 key = gate.authenticate(bearer_token(request))
+                team = gate.team_of(key)
+            else:
+                team = self._team
             user = body.get("user")
             if not isinstance(user, str):
                 user = request.headers.get(USER_HEADER)
-            ticket = gate.begin(key, model, user, seen.request_id, prompt_text, max_tokens_of(body) or None)
+            ticket = gate.begin(key, team, model, user, seen.request_id, prompt_text, max_tokens_of(body) or None)
             if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
                 ticket = gate.end(ticket, await ticket.pending)
         except SitsError as exc:
@@ -121,7 +127,7 @@ class HttpTenantGate:
         budget can earn one: other requests get the route's own coroutine, no wrapper around it."""
         def gated(request: HttpRequest, request_id: str) -> Awaitable[HttpResponse | StreamingResponse]:
             key = self._key
-            if self._request is request and key is not None and not self.gate.may_warn(key):
+            if self._request is request and key is not None and not self.gate.may_warn(key, self._team):
                 return route(request, request_id)
             return warned(request, request_id)
 

@@ -210,16 +210,20 @@ class TenantGate:
     async def admit(self, key: KeyRecord, model: str, user: str | None, request_id: str, prompt_text: str,
                     max_tokens: int | None) -> Ticket:
         """A ticket, or 403 / 429 (a refused request is logged in the spend log too, at no cost)."""
-        ticket = self.begin(key, model, user, request_id, prompt_text, max_tokens)
+        ticket = self.begin(key, self.team_of(key), model, user, request_id, prompt_text, max_tokens)
         if ticket.pending is not None:
             ticket = self.end(ticket, await ticket.pending)
         return ticket
 
-    def begin(self, key: KeyRecord, model: str, user: str | None, request_id: str, prompt_text: str,
-              max_tokens: int | None) -> Ticket:
+    def team_of(self, key: KeyRecord) -> TeamRecord | None:
+        return self._directory.team(key.team_id)
+
+    def begin(self, key: KeyRecord, team: TeamRecord | None, model: str, user: str | None, request_id: str,
+              prompt_text: str, max_tokens: int | None) -> Ticket:
         """The first half of `admit`, with no await: a ticket that is admitted already (nothing to count,
         or counted here alone), or one whose `pending` future the caller awaits and hands to `end` (the
-        request's part of this loop turn's Redis call). 403 when the key may not use the model."""
+        request's part of this loop turn's Redis call). 403 when the key may not use the model. `team`:
+        the key's team (`team_of`), looked up once per request by the caller."""
         if user is not None and len(user) > _MAX_USER_CHARS:
             user = user[:_MAX_USER_CHARS]
         table = self._table()
@@ -229,7 +233,6 @@ class TenantGate:
             except Forbidden:
                 self._refused(key, model, user, request_id, Forbidden.http_status)
                 raise
-        team = self._directory.team(key.team_id)
         shape = self._shapes.get((id(key), id(team), model))
         if shape is None or shape.key is not key or shape.team is not team or shape.table is not table \
                 or self._wall() >= shape.until:
@@ -277,11 +280,11 @@ class TenantGate:
                     break
         return ticket
 
-    def may_warn(self, key: KeyRecord) -> bool:
-        """Whether a request of `key` can pass a soft budget (its own or its team's has one)."""
+    @staticmethod
+    def may_warn(key: KeyRecord, team: TeamRecord | None) -> bool:
+        """Whether a request of `key` (of `team`) can pass a soft budget (its own or its team's has one)."""
         if key.budget is not None and key.budget.soft_usd is not None:
             return True
-        team = self._directory.team(key.team_id)
         return team is not None and team.budget is not None and team.budget.soft_usd is not None
 
     def _shape(self, key: KeyRecord, team: TeamRecord | None, model: str, table: RoutingTable,

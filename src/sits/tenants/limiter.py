@@ -115,7 +115,18 @@ class Reservation(NamedTuple):
     plan: Plan
     member: str
     backend: str  # "redis" or "local"
-    budget_spent: Sequence[int]  # each budget check's counter before this request, nano-USD
+    # Each budget check's counter before this request (nano-USD) as the script answered it: "1,<v>,<v>..."
+    # (b"" without budgets). Read only where a soft budget is checked: `budget_spent`.
+    budget_answer: bytes
+
+    @property
+    def budget_spent(self) -> list[int]:
+        return _budget_values(self.budget_answer)
+
+
+def _budget_values(answer: bytes) -> list[int]:
+    """The budget counters of an admission's answer ("1,<v>,<v>..."), in the plan's order."""
+    return [int(v) for v in answer[2:].split(b",")] if len(answer) > 2 else []
 
 
 class LocalCounters:
@@ -162,7 +173,7 @@ class LocalCounters:
                     return Denied(check, max(0, check.period_end_ms - now) if check.period_end_ms else 0,
                                   check.period_end_ms)
                 seen.append(spent)
-        budgets: list[int] = []
+        budgets: list[bytes] = [b"1"]
         for check, value in zip(plan.checks, seen, strict=True):
             if check.kind == RATE or check.kind == TOKENS:
                 amount = tokens if check.kind == TOKENS else 1
@@ -171,10 +182,10 @@ class LocalCounters:
                 self._leases.setdefault(check.key, {})[member] = now + lease_ms
             else:
                 self._spent[check.key] = int(value) + nano
-                budgets.append(int(value))
+                budgets.append(b"%d" % int(value))
         if len(self._tat) > 10_000:
             self._forget_idle(now)
-        return Reservation(plan, member, "local", budgets)
+        return Reservation(plan, member, "local", b",".join(budgets) if len(budgets) > 1 else b"")
 
     def settle(self, plan: Plan, tokens_delta: int, nano_delta: int, member: str, replicas: int) -> None:
         now = self._wall_ms()
@@ -242,7 +253,10 @@ class Limiter:
         self._max_batch = max_batch  # 0: one call per loop turn
         self._clock = clock
         self.local = LocalCounters(wall_ms)
-        self._known_spent: dict[str, int] = {}  # last budget values Redis answered: the fallback starts there
+        # The last admission's answer of each plan with budgets, and what it reserved: the budget values
+        # Redis last said, read only when Redis is lost (`_known_spent`), where the fallback starts.
+        self._answers: dict[Plan, tuple[bytes, int]] = {}
+        self._known_spent: dict[str, int] = {}
         self.mode = "redis" if redis is not None else "alone"  # or "fallback" while Redis is away
         self._probe: asyncio.Task[None] | None = None
         self.fallbacks = 0  # times Redis was lost
@@ -335,15 +349,13 @@ class Limiter:
         for (plan, nano, member, _, future), answer in zip(admissions, answers, strict=False):
             outcome: Reservation | Denied
             if answer == b"1":
-                outcome = new_tuple(Reservation, (plan, member, "redis", ()))
-            elif answer[0] == 49:  # "1,<budget values>"
-                budgets = [int(v) for v in answer[2:].split(b",")]
-                known = self._known_spent
-                if len(known) > 10_000:
-                    known.clear()
-                for check, spent in zip(plan.budgets, budgets, strict=False):
-                    known[check.key] = spent + nano
-                outcome = new_tuple(Reservation, (plan, member, "redis", budgets))
+                outcome = new_tuple(Reservation, (plan, member, "redis", b""))
+            elif answer[0] == 49:  # "1,<budget values>": kept as they came, read when needed
+                answers = self._answers
+                if len(answers) > 10_000:
+                    answers.clear()
+                answers[plan] = (answer, nano)
+                outcome = new_tuple(Reservation, (plan, member, "redis", answer))
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")
                 outcome = Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms))
@@ -360,8 +372,20 @@ class Limiter:
                     "is back", exc)
         self.mode = "fallback"
         self.since = self._clock()
+        self._known_spent = self._spent_when_lost()
         # Requests stay local (no wait on a dead Redis); one background probe per retry_redis_s brings it back.
         self._probe = asyncio.get_running_loop().create_task(self._probe_until_back())
+
+    def _spent_when_lost(self) -> dict[str, int]:
+        """Each budget counter as Redis last answered it, with the reservation of that answer: where
+        counting alone starts. A counter in several plans (a team's budget) takes the highest value:
+        over, never under."""
+        known: dict[str, int] = {}
+        for plan, (answer, nano) in self._answers.items():
+            for check, spent in zip(plan.budgets, _budget_values(answer), strict=False):
+                known[check.key] = max(known.get(check.key, 0), spent + nano)
+        self._answers.clear()
+        return known
 
     async def _probe_until_back(self) -> None:
         assert self._redis is not None

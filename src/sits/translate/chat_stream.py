@@ -77,17 +77,19 @@ def chunk_delta(event: dict[str, Any]) -> ChatDelta:
     """One chat.completion.chunk as a delta of choice 0 (the surfaces answer with one choice).
 
     Read optimistically (the shape every chat server writes) and checked by the exceptions a wrong
-    shape raises."""
+    shape raises. `choice` and `delta` are declared dicts so that the compiled reads are dict operations,
+    not method calls; one that is not a dict is a TypeError there (an AttributeError from source)."""
     usage = event.get("usage")
     model = event.get("model")
     try:
         choices = event.get("choices")
         if not choices:
-            return ChatDelta(usage=usage if type(usage) is dict else None, model=model if type(model) is str else None)
-        choice = choices[0]
+            return new_tuple(ChatDelta, ("", "", (), None, usage if type(usage) is dict else None,
+                                         model if type(model) is str else None, None))
+        choice: dict[str, Any] = choices[0]
         if choice.get("index", 0) != 0:
             return _NO_DELTA
-        delta = choice.get("delta") or _EMPTY
+        delta: dict[str, Any] = choice.get("delta") or _EMPTY
         text = delta.get("content") or ""
         reasoning = delta.get("reasoning_content") or ""
         calls = delta.get("tool_calls")
@@ -124,11 +126,15 @@ def _only_text(parsed: dict[str, Any]) -> str | None:
     choices = parsed.get("choices")
     if type(choices) is not list or len(choices) != 1 or parsed.get("usage") is not None:
         return None
-    choice = choices[0]
-    delta = choice.get("delta") if type(choice) is dict else None
-    if type(delta) is not dict or len(delta) != 1 or choice.get("finish_reason") is not None \
+    first = choices[0]
+    if type(first) is not dict:
+        return None
+    choice: dict[str, Any] = first  # a dict: its reads compile to dict operations
+    found = choice.get("delta")
+    if type(found) is not dict or len(found) != 1 or choice.get("finish_reason") is not None \
             or choice.get("index", 0) != 0:
         return None
+    delta: dict[str, Any] = found
     text = delta.get("content")
     return text if type(text) is str else None
 
@@ -215,15 +221,16 @@ class ChatStreamReader:
             return
         if type(parsed) is not dict:
             return
-        error = parsed.get("error")
+        event_object: dict[str, Any] = parsed  # a dict: its reads compile to dict operations
+        error = event_object.get("error")
         if error is not None:
             message = error.get("message", error) if type(error) is dict else error
             code = error.get("code") if type(error) is dict else None
             out.append(StreamEnd(str(message), str(code) if code else "upstream_error"))
             return
-        text = _only_text(parsed)
+        text = _only_text(event_object)
         if text is None:
-            out.append(chunk_delta(parsed))
+            out.append(chunk_delta(event_object))
         elif text:
             piece = text_piece(text)
             self._learn(event, piece)

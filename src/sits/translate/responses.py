@@ -3,9 +3,13 @@
 - `chat_request(body, history)`: a Responses create body (and the stored conversation it continues)
   as a chat/completions body, plus the input items in their Responses shape (for storage and
   `input_items`).
-- `response_object(...)`: a chat completion as a Responses `response` object.
-- `message_item`, `call_item`, `assistant_message`, `status_of`: the parts a stream's events carry
-  (`translate/responses_stream.py` writes the stream).
+- `from_chat_completion(...)`: a chat completion as a Responses `response` object, written as JSON.
+- `RESPONSE`, `TEXT_MESSAGE`, `call_item`, `assistant_message`, `status_of`: the parts a response object
+  and a stream's events are written from (`translate/responses_stream.py` writes the stream).
+
+A response object is written as bytes from templates, as the stream writes its snapshots: the fields
+that restate the request are serialised once per request shape (`fields_json`), the answer's text as
+the one JSON string it is. Where it is stored, it is read back from those bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Final
 import orjson
 
 from sits.errors import InvalidRequest
+from sits.translate.sse import decimal, fill, slots
 from sits.translate.usage import responses_usage
 
 _CHAT_PASSTHROUGH = ("temperature", "top_p", "user", "parallel_tool_calls", "seed")
@@ -257,31 +262,6 @@ def chat_request(body: dict[str, Any], history: list[dict[str, Any]], stream: bo
 # -- answers ------------------------------------------------------------------------------------------
 
 
-def output_items(text: str, calls: list[tuple[str, str, str]], response_id: str) -> list[dict[str, Any]]:
-    """The response's output: one assistant message (when it said something), then its function calls."""
-    out: list[dict[str, Any]] = []
-    if text or not calls:
-        out.append(message_item(response_id, text, "completed"))
-    for i, (call_id, name, arguments) in enumerate(calls):
-        out.append(call_item(response_id, i, call_id, name, arguments, "completed"))
-    return out
-
-
-def message_item(response_id: str, text: str, status: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    if status == "completed":
-        part = _TEXT_PART.copy()  # a dict copied costs less than one built; its empty lists are shared, never written
-        part["text"] = text
-        content.append(part)
-    item = _MESSAGE_ITEM.copy()
-    item["id"], item["status"], item["content"] = "msg_" + response_id[5:], status, content
-    return item
-
-
-_TEXT_PART: Final[dict[str, Any]] = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-_MESSAGE_ITEM: Final[dict[str, Any]] = {"type": "message", "id": "", "status": "", "role": "assistant", "content": []}
-
-
 def call_item(response_id: str, index: int, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
     return {"type": "function_call", "id": f"fc_{response_id[5:]}_{index}", "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
@@ -321,42 +301,18 @@ def incomplete_details(status: str, finish: str | None) -> dict[str, Any] | None
     return {"reason": _INCOMPLETE.get(finish or "", "max_output_tokens")} if status == "incomplete" else None
 
 
-def response_object(response_id: str, created: int, model: str, request: dict[str, Any], status: str,
-                    output: list[dict[str, Any]], usage: Any, finish: str | None,
-                    error: dict[str, Any] | None = None) -> dict[str, Any]:
-    template = _plain_template(request)
-    if template is None:
-        return _response_object(response_id, created, model, request, status, output, usage, finish, error)
-    response = template.copy()  # its fields in order; the ones of this answer written over
-    response["id"], response["created_at"], response["status"], response["model"] = response_id, created, status, model
-    response["output"], response["error"] = output, error
-    response["incomplete_details"] = incomplete_details(status, finish)
-    response["usage"] = responses_usage(usage) if usage is not None else None
-    return response
+# A response object's members in the order the API documents them; the ones that restate the request
+# are `fields_json`.
+RESPONSE: Final = slots(b'{"id":%b,"object":"response","created_at":%b,"status":"%b","model":%b,"output":[%b],'
+                        b'"error":%b,"incomplete_details":%b,%b,"usage":%b}')
+# A finished assistant message item with its one text part: the message id, then the text as a JSON string.
+TEXT_MESSAGE: Final = slots(b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":['
+                            b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]}')
 
 
-def _response_object(response_id: str, created: int, model: str, request: dict[str, Any], status: str,
-                     output: list[dict[str, Any]], usage: Any, finish: str | None,
-                     error: dict[str, Any] | None) -> dict[str, Any]:
-    return {"id": response_id, "object": "response", "created_at": created, "status": status, "model": model,
-            "output": output, "error": error, "incomplete_details": incomplete_details(status, finish),
-            **response_fields(request), "usage": responses_usage(usage) if usage is not None else None}
-
-
-def _plain_template(request: dict[str, Any]) -> dict[str, Any] | None:
-    """A plain request's response object as written for it, but for the answer's own fields (which
-    `response_object` writes over): one per value of `store`. Copies share its empty `tools`, `text`
-    and `metadata`, which nothing writes into."""
-    if plain(request):
-        store = request.get("store", True)
-        if store is None or type(store) is bool:
-            return _PLAIN_RESPONSES[store]
-    return None
-
-
-_PLAIN_RESPONSES: Final[dict[bool | None, dict[str, Any]]] = {
-    store: _response_object("", 0, "", {"store": store}, "completed", [], None, None, None)
-    for store in (True, False, None)}
+def message_id(response_id: str) -> bytes:
+    """The id of a response's message item (`resp_<hex>` -> `msg_<hex>`), as it goes into JSON unescaped."""
+    return b"msg_" + response_id[5:].encode()
 
 
 def status_of(finish: str | None) -> str:
@@ -364,8 +320,8 @@ def status_of(finish: str | None) -> str:
 
 
 def from_chat_completion(completion: Any, response_id: str, created: int, request: dict[str, Any]
-                         ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the `response` object, the assistant's chat message) from a chat completion JSON object."""
+                         ) -> tuple[bytes, dict[str, Any]]:
+    """(the `response` object as JSON, the assistant's chat message) from a chat completion JSON object."""
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list) \
             or not completion["choices"] or not isinstance(completion["choices"][0], dict):
         raise InvalidRequest("the model's answer is not a chat completion", param="model")
@@ -379,9 +335,15 @@ def from_chat_completion(completion: Any, response_id: str, created: int, reques
                       str(function.get("arguments", ""))))
     finish = choice.get("finish_reason")
     model: str = completion["model"] if isinstance(completion.get("model"), str) else request["model"]
-    obj = response_object(response_id, created, model, request, status_of(finish),
-                          output_items(text, calls, response_id), completion.get("usage") or {}, finish)
-    return obj, assistant_message(text, calls)
+    output = [fill(TEXT_MESSAGE, (message_id(response_id), orjson.dumps(text)))] if text or not calls else []
+    for i, (call_id, name, arguments) in enumerate(calls):
+        output.append(orjson.dumps(call_item(response_id, i, call_id, name, arguments, "completed")))
+    status = status_of(finish)
+    details = incomplete_details(status, finish)
+    body = fill(RESPONSE, (orjson.dumps(response_id), decimal(created), status.encode(), orjson.dumps(model),
+                           b",".join(output), b"null", b"null" if details is None else orjson.dumps(details),
+                           fields_json(request), orjson.dumps(responses_usage(completion.get("usage") or {}))))
+    return body, assistant_message(text, calls)
 
 
 def assistant_message(text: str, calls: list[tuple[str, str, str]]) -> dict[str, Any]:

@@ -16,7 +16,16 @@ import orjson
 from sits.errors import UpstreamProtocolError
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
 from sits.translate.sse import decimal, fill, slots
-from sits.translate.responses import assistant_message, call_item, fields_json, incomplete_details, status_of
+from sits.translate.responses import (
+    RESPONSE,
+    TEXT_MESSAGE,
+    assistant_message,
+    call_item,
+    fields_json,
+    incomplete_details,
+    message_id,
+    status_of,
+)
 from sits.translate.usage import responses_usage
 
 
@@ -36,18 +45,18 @@ _TEXT_DELTA_HEAD: Final = _event(b"response.output_text.delta", b'"sequence_numb
 _TEXT_DELTA_MIDDLE: Final = slots(b',"item_id":"%b","output_index":%b,"content_index":0,"delta":"')
 _TEXT_DELTA_TAIL: Final = b'","logprobs":[]}\n\n'
 _TEXT_DELTA_TAIL_HEAD: Final = _TEXT_DELTA_TAIL + _TEXT_DELTA_HEAD
-_TEXT_DONE: Final = slots(_event(b"response.output_text.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-                          b'"content_index":0,"text":%b,"logprobs":[]'))
-_PART: Final = slots(b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}')
-_PART_DONE: Final = slots(_event(b"response.content_part.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-                          b'"content_index":0,"part":%b'))
-_MESSAGE_DONE: Final = slots(b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":[%b]}')
+# The three events that close a message (text done, part done, item done) as one template: what
+# `_close_message` writes per stream in one join.
+_MESSAGE_CLOSED: Final = slots(
+    _event(b"response.output_text.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
+           b'"content_index":0,"text":%b,"logprobs":[]')
+    + _event(b"response.content_part.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
+             b'"content_index":0,"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}')
+    + _event(b"response.output_item.done", b'"sequence_number":%b,"output_index":%b,"item":%b'))
 _ITEM_DONE: Final = slots(_event(b"response.output_item.done", b'"sequence_number":%b,"output_index":%b,"item":%b'))
 _ARGUMENTS_DELTA: Final = slots(_event(b"response.function_call_arguments.delta",
                                        b'"sequence_number":%b,"item_id":"%b","output_index":%b,"delta":%b'))
 _CLOSED: Final = slots(b'event: %b\ndata: {"type":"%b","sequence_number":%b,"response":%b}\n\n')
-_RESPONSE: Final = slots(b'{"id":%b,"object":"response","created_at":%b,"status":"%b","model":%b,"output":[%b],'
-                         b'"error":%b,"incomplete_details":%b,%b,"usage":%b}')
 _MESSAGE_OPEN: Final = slots(b'{"type":"message","id":"%b","status":"in_progress","role":"assistant","content":[]}')
 _FUNCTION_ARGUMENTS_DONE: Final = slots(_event(b"response.function_call_arguments.done",
                                                b'"sequence_number":%b,"item_id":"%b","output_index":%b,"name":%b,'
@@ -64,7 +73,7 @@ class ResponsesStream:
 
     def __init__(self, response_id: str, created: int, request: dict[str, Any], source: str = "upstream") -> None:
         self._id = response_id
-        self._message_id = b"msg_" + response_id[5:].encode()
+        self._message_id = message_id(response_id)
         self._created = created
         self._request = request
         self._model = request["model"]
@@ -86,7 +95,7 @@ class ResponsesStream:
 
     def _response(self, status: bytes, usage: bytes = b"null", incomplete: bytes = b"null",
                   error: bytes = b"null") -> bytes:
-        return fill(_RESPONSE, (orjson.dumps(self._id), decimal(self._created), status, orjson.dumps(self._model),
+        return fill(RESPONSE, (orjson.dumps(self._id), decimal(self._created), status, orjson.dumps(self._model),
                                  b",".join(self._output), error, incomplete, self._fields, usage))
 
     @property
@@ -197,12 +206,12 @@ class ResponsesStream:
         literal = b'"' + b"".join(self._text) + b'"'
         index, sequence = self._message_index, self._sequence
         self._sequence += 3
-        part = fill(_PART, (literal,))
-        item = self._output[index] = fill(_MESSAGE_DONE, (self._message_id, part))
+        message_id = self._message_id
+        item = self._output[index] = fill(TEXT_MESSAGE, (message_id, literal))
         position = decimal(index)
-        out.append(b"".join((fill(_TEXT_DONE, (decimal(sequence), self._message_id, position, literal)),
-                             fill(_PART_DONE, (decimal(sequence + 1), self._message_id, position, part)),
-                             fill(_ITEM_DONE, (decimal(sequence + 2), position, item)))))
+        out.append(fill(_MESSAGE_CLOSED, (decimal(sequence), message_id, position, literal,
+                                          decimal(sequence + 1), message_id, position, literal,
+                                          decimal(sequence + 2), position, item)))
 
     def _close_calls(self, out: list[bytes]) -> None:
         for n, (index, item_id, call_id, name, pieces) in enumerate(self._calls.values()):

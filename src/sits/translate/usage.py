@@ -19,12 +19,18 @@ def chat_counts(usage: Any) -> tuple[int, int, int, int, int]:
     """(prompt, completion, cached, cache_creation, reasoning) from a chat `usage` object (zeros if absent)."""
     if not isinstance(usage, dict):
         return 0, 0, 0, 0, 0
-    details = usage.get("prompt_tokens_details")
-    details = details if isinstance(details, dict) else {}
-    out_details = usage.get("completion_tokens_details")
-    out_details = out_details if isinstance(out_details, dict) else {}
-    return (_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), _int(details.get("cached_tokens")),
-            _int(details.get("cache_creation_tokens")), _int(out_details.get("reasoning_tokens")))
+    counts: dict[str, Any] = usage  # a dict: its reads compile to dict operations, not method calls
+    prompt, completion = _int(counts.get("prompt_tokens")), _int(counts.get("completion_tokens"))
+    cached = creation = reasoning = 0
+    found = counts.get("prompt_tokens_details")
+    if isinstance(found, dict):
+        details: dict[str, Any] = found
+        cached, creation = _int(details.get("cached_tokens")), _int(details.get("cache_creation_tokens"))
+    found = counts.get("completion_tokens_details")
+    if isinstance(found, dict):
+        out_details: dict[str, Any] = found
+        reasoning = _int(out_details.get("reasoning_tokens"))
+    return prompt, completion, cached, creation, reasoning
 
 
 def responses_usage(usage: Any) -> dict[str, Any]:

@@ -178,12 +178,40 @@ def test_a_plain_requests_fields_are_written_as_the_long_way_writes_them(body):
 
 @SETTINGS
 @given(body=plain_bodies, text=texts, finish=st.sampled_from(["stop", "length", None]),
-       usage=st.one_of(st.none(), st.just({}), st.just({"prompt_tokens": 3, "completion_tokens": 5})))
-def test_a_plain_requests_response_object_is_the_one_the_long_way_writes(body, text, finish, usage):
-    """Field by field and in the same order: a plain request's object starts as a copy of a template."""
-    output = responses_wire.output_items(text, [], "resp_1")
-    status = responses_wire.status_of(finish)
-    short = responses_wire.response_object("resp_1", 7, "m1", body, status, output, usage, finish)
-    longer = responses_wire.response_object("resp_1", 7, "m1", {**body, "unknown_extra": None}, status, output,
-                                            usage, finish)
-    assert list(short.items()) == list(longer.items())
+       usage=st.one_of(st.none(), st.just({}), st.just({"prompt_tokens": 3, "completion_tokens": 5}),
+                       st.just({"prompt_tokens": 3, "completion_tokens": 5,
+                                "prompt_tokens_details": {"cached_tokens": 2},
+                                "completion_tokens_details": {"reasoning_tokens": 1}})),
+       calls=st.lists(st.tuples(st.sampled_from(["c1", "c2"]), st.sampled_from(["f", "g"]),
+                                st.sampled_from(["", "{}", '{"a": "\\"x\\""}'])), max_size=2))
+def test_a_response_object_is_written_as_the_api_documents_it(body, text, finish, usage, calls):
+    """Written from byte templates: the members and their order as the API documents them (built here
+    from the documentation's field list), the same for a plain body as for one that goes the long way."""
+    completion = {"model": "m1", "choices": [{"index": 0, "finish_reason": finish, "message": {
+        "role": "assistant", "content": text,
+        **({"tool_calls": [{"id": c, "type": "function", "function": {"name": n, "arguments": a}}
+                           for c, n, a in calls]} if calls else {})}}],
+        **({"usage": usage} if usage is not None else {})}
+    written, message = responses_wire.from_chat_completion(completion, "resp_1", 7, body)
+    longer, _ = responses_wire.from_chat_completion(completion, "resp_1", 7, {**body, "unknown_extra": None})
+    assert written == longer
+    status = "incomplete" if finish == "length" else "completed"
+    output: list[dict[str, Any]] = []
+    if text or not calls:
+        output.append({"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
+    output += [{"type": "function_call", "id": f"fc_1_{i}", "call_id": c, "name": n, "arguments": a,
+                "status": "completed"} for i, (c, n, a) in enumerate(calls)]
+    counts = usage or {}
+    cached = (counts.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    reasoning = (counts.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)
+    expected = {"id": "resp_1", "object": "response", "created_at": 7, "status": status, "model": "m1",
+                "output": output, "error": None,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+                **responses_wire.response_fields(body),
+                "usage": {"input_tokens": counts.get("prompt_tokens", 0), "input_tokens_details": {"cached_tokens": cached},
+                          "output_tokens": counts.get("completion_tokens", 0),
+                          "output_tokens_details": {"reasoning_tokens": reasoning},
+                          "total_tokens": counts.get("prompt_tokens", 0) + counts.get("completion_tokens", 0)}}
+    assert list(orjson.loads(written).items()) == list(expected.items())
+    assert message == responses_wire.assistant_message(text, calls)
