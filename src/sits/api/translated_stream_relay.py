@@ -15,7 +15,7 @@ client's next turn finds it; pushed, the events of the chunk that ended it are h
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from sits.api import pulled_relays
 from sits.api.http_types import ChunkSink
@@ -38,6 +38,10 @@ class StreamTranslator(Protocol):
     @property
     def error(self) -> str | None:
         """The error it ended with."""
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """The chat stream's usage, when it parsed it (then not read again from the bytes)."""
 
     def feed(self, chunk: bytes) -> list[bytes]: ...
 
@@ -123,8 +127,10 @@ class TranslatedStreamRelay(PulledRelay):
     def end(self, status: int, error: str | None) -> None:
         answer = self._answer
         last = self._last if self._raw_usage is None else self._raw_usage()
+        usage = self._translator.usage
+        counts = answer.usage(last) if usage is None else answer.usage(last, {"usage": usage})
         self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                          answer.usage(last), status=status, prompt=self._prompt, error=error, raw_usage=last)
+                          counts, status=status, prompt=self._prompt, error=error, raw_usage=last)
         answer.close(status == 200)
         if status == 200 and self._accumulator is not None:
             self._remember(answer, self._accumulator.result())

@@ -16,6 +16,14 @@ kept. Events made of the same bytes around strings with no quote in them are the
 with other texts (quotes are escaped inside JSON strings, so nothing else can look alike): their text
 is sliced out, the chunk split once into events and each tested with a prefix, a suffix and two
 containment tests; anything else is parsed.
+
+The shape is known before the first text event where the role event says it: `"delta":{"role":
+"assistant","content":""}` (or `null`) written once, with nothing else in the event that a text-only
+event could not hold, is the text event's bytes with another delta. From the shape follow two more
+events a stream ends with, read without parsing when they are those bytes exactly: the finish event
+(the delta empty, or an empty content, and the null `finish_reason` a string of letters and
+underscores) and the usage event (the bytes up to `"choices":[`, then `],"usage":` and one JSON object).
+Each is what parsing it says: every other byte is one of an event that was parsed.
 """
 
 from __future__ import annotations
@@ -60,6 +68,13 @@ _DONE_END = StreamEnd()
 _EMPTY: dict[str, Any] = {}
 _TEXT_KEY = b'"delta":{"content":"'  # where a text-only event's text starts, as chat servers write it
 _NEVER = b"\n\n"  # no complete event starts with this: matches nothing until a shape is learnt
+_NO_ENDS: Final = (_NEVER, _NEVER)
+_CONTENT_KEY: Final = b'"content":"'  # how `_TEXT_KEY` ends: the head without it ends at the delta's brace
+_ROLE_DELTAS: Final = (b'"delta":{"role":"assistant","content":""}', b'"delta":{"role":"assistant","content":null}')
+_DELTA_KEY: Final = b'"delta":'
+_FINISH_KEY: Final = b'"finish_reason":'
+_CHOICES_KEY: Final = b'"choices":['
+_MODEL_KEY: Final = b'"model":'
 # Bytes tested for by value: `34 in data` is a memchr, while `b'"' in data` first tries the bytes as an
 # integer and builds (and clears) a TypeError, several times the cost.
 _QUOTE: Final = 34
@@ -139,6 +154,17 @@ def _only_text(parsed: dict[str, Any]) -> str | None:
     return text if type(text) is str else None
 
 
+def _finish_ends(event: bytes) -> tuple[bytes, bytes]:
+    """(before, after) a finish reason's text in `event` finished: `event` has one `finish_reason`, null;
+    the same event finished for reason R is `before + R + after`. `_NO_ENDS` when it has no such field.
+    (One split says where a key is and that it is there once: each bytes method call costs about as
+    much as a thousand instructions of search.)"""
+    parts = event.split(_FINISH_KEY)
+    if len(parts) != 2 or not parts[1].startswith(b"null"):
+        return _NO_ENDS
+    return parts[0] + _FINISH_KEY + b'"', b'"' + parts[1][4:]
+
+
 def _add_piece(out: list[Item], piece: bytes) -> None:
     """A text piece into `out`: pieces in a row go out as one list."""
     if out and type(out[-1]) is list:
@@ -150,7 +176,8 @@ def _add_piece(out: list[Item], piece: bytes) -> None:
 class ChatStreamReader:
     """Chat SSE bytes in (cut anywhere), text pieces, deltas and the end out."""
 
-    __slots__ = ("_partial", "_source", "_head", "_tail")
+    __slots__ = ("_partial", "_source", "_head", "_tail", "_model", "_stop", "_finish_empty", "_finish_content",
+                 "_usage_head", "_usage_model")
 
     def __init__(self, source: str = "upstream") -> None:
         self._partial = b""
@@ -158,6 +185,14 @@ class ChatStreamReader:
         # The learnt shape of this stream's text-only events: the bytes before the text and after it
         # (with the blank line).
         self._head = self._tail = _NEVER
+        # What follows from the shape (`_set_shape`): the model and the stop string its event says, the
+        # ends of its finish event (delta empty, or an empty content), the usage event's head, and the
+        # model the usage event says.
+        self._model: str | None = None
+        self._stop: str | None = None
+        self._finish_empty = self._finish_content = _NO_ENDS
+        self._usage_head = _NEVER
+        self._usage_model: str | None = None
 
     def lone_text(self, chunk: bytes) -> bytes | None:
         """The text piece of `chunk` when it is one whole text-only event of the learnt shape and nothing
@@ -197,10 +232,35 @@ class ChatStreamReader:
                 if piece is not None:
                     _add_piece(out, piece)
                     continue
-            if event:
+            if event and not self._known_end(event, out):
                 self._event(event, out)
                 head, tail = self._head, self._tail[:-2]  # learnt from this event, maybe
         return out
+
+    def _known_end(self, event: bytes, out: list[Item]) -> bool:
+        """A finish or usage event of the shape's bytes, its delta into `out` without parsing it: whether
+        it was one."""
+        before, after = self._finish_empty
+        if not (event.startswith(before) and event.endswith(after)):
+            before, after = self._finish_content
+        if event.startswith(before) and event.endswith(after) and len(event) > len(before) + len(after):
+            reason = event[len(before):len(event) - len(after)]
+            # ASCII letters and underscores: the JSON string is its bytes
+            if not reason.isalpha() and not reason.replace(b"_", b"").isalpha():
+                return False
+            out.append(new_tuple(ChatDelta, ("", "", (), reason.decode(), None, self._model, self._stop)))
+            return True
+        head = self._usage_head
+        if event.startswith(head) and event.endswith(b"}"):
+            try:
+                usage = orjson.loads(event[len(head):-1])
+            except orjson.JSONDecodeError:  # more than the one object: parsed whole
+                return False
+            if type(usage) is not dict:
+                return False
+            out.append(new_tuple(ChatDelta, ("", "", (), None, usage, self._usage_model, None)))
+            return True
+        return False
 
     def _event(self, event: bytes, out: list[Item]) -> None:
         """An event not in a run: its `data:` lines, parsed."""
@@ -230,13 +290,16 @@ class ChatStreamReader:
             return
         text = _only_text(event_object)
         if text is None:
-            out.append(chunk_delta(event_object))
+            delta = chunk_delta(event_object)
+            out.append(delta)
+            if self._head is _NEVER and delta.finish is None and delta.usage is None:
+                self._foresee(event, event_object)
         elif text:
             piece = text_piece(text)
-            self._learn(event, piece)
+            self._learn(event, piece, event_object)
             _add_piece(out, piece)
 
-    def _learn(self, event: bytes, piece: bytes) -> None:
+    def _learn(self, event: bytes, piece: bytes, parsed: dict[str, Any]) -> None:
         """Keep the bytes around this text-only event's text, when it is written as orjson writes it.
         Quotes are escaped inside JSON strings, so `"delta":{"content":"<piece>"}` is found only where
         the object has it."""
@@ -246,4 +309,50 @@ class ChatStreamReader:
         start = at + len(_TEXT_KEY)
         end = start + len(piece)
         head, tail = event[:start], event[end:] + b"\n\n"
+        if head != self._head or tail != self._tail:
+            self._set_shape(head, tail, parsed)
+
+    def _foresee(self, event: bytes, parsed: dict[str, Any]) -> None:
+        """The text events' shape from the role event, when it says the role and an empty content and
+        nothing a text-only event could not say (`_only_text`): its bytes with `"delta":{"content":"<text>"}`
+        instead. `"delta":` written once, in choice 0: it is that choice's delta."""
+        if _NEWLINE in event or parsed.get("usage") is not None:
+            return
+        choices = parsed.get("choices")
+        if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+            return
+        choice: dict[str, Any] = choices[0]
+        delta = choice.get("delta")
+        if type(delta) is not dict or len(delta) != 2 or choice.get("index", 0) != 0 \
+                or choice.get("finish_reason") is not None:
+            return
+        parts = event.split(_ROLE_DELTAS[0])
+        if len(parts) != 2:
+            parts = event.split(_ROLE_DELTAS[1])
+        if len(parts) != 2 or event.count(_DELTA_KEY) != 1:
+            return
+        self._set_shape(parts[0] + _TEXT_KEY, b'"}' + parts[1] + b"\n\n", parsed)
+
+    def _set_shape(self, head: bytes, tail: bytes, parsed: dict[str, Any]) -> None:
+        """`head` and `tail` around the text of this stream's text-only events, and what follows from them;
+        `parsed` is an event of that shape (the text aside): its model, its choice's stop string."""
         self._head, self._tail = head, tail
+        model = parsed.get("model")
+        self._model = model if type(model) is str else None
+        choice: dict[str, Any] = parsed["choices"][0]
+        self._stop = matched_stop(choice)
+        body = tail[:-2]  # the closing quote and brace of the delta, then the rest of the event
+        if "finish_reason" in choice:  # then the one `"finish_reason":` written is the choice's
+            self._finish_empty = _finish_ends(head[:-len(_CONTENT_KEY)] + b"}" + body[2:])
+            self._finish_content = _finish_ends(head + body)
+        else:
+            self._finish_empty = self._finish_content = _NO_ENDS
+        whole = head + body
+        at_choices = whole.split(_CHOICES_KEY)
+        models = whole.split(_MODEL_KEY)
+        if len(at_choices) != 2 or len(models) > 2:
+            self._usage_head = _NEVER
+            return
+        # the usage event keeps the members before `choices`: the model, where it is one of them
+        self._usage_head = at_choices[0] + _CHOICES_KEY + b'],"usage":'
+        self._usage_model = self._model if len(models) == 2 and len(models[0]) < len(at_choices[0]) else None

@@ -52,6 +52,10 @@ class MessagesStream:
         self.ended = False
         self.error: str | None = None  # why the stream failed, once it did
 
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self._usage
+
     def start(self) -> list[bytes]:
         self._started = True
         return [fill(_START, (orjson.dumps(self._id), orjson.dumps(self._model)))]

@@ -156,6 +156,10 @@ class PassthroughStream:
     def error(self) -> str | None:
         return self.tap.error
 
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return None  # its usage is the Responses stream's own, read from the bytes (`raw_usage`)
+
     def feed(self, chunk: bytes) -> list[bytes]:
         self.tap.feed(chunk)
         return [chunk]

@@ -37,8 +37,11 @@ def _event(name: bytes, fields: bytes) -> bytes:
 _OPENED: Final = slots(_event(b"response.created", b'"sequence_number":0,"response":%b')
                        + _event(b"response.in_progress", b'"sequence_number":1,"response":%b'))
 _ITEM_ADDED: Final = slots(_event(b"response.output_item.added", b'"sequence_number":%b,"output_index":%b,"item":%b'))
-_PART_ADDED: Final = slots(_event(b"response.content_part.added", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-                           b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}'))
+# A message item added and its text part added, one template (`_open_message`)
+_MESSAGE_OPENED: Final = slots(
+    _event(b"response.output_item.added", b'"sequence_number":%b,"output_index":%b,"item":%b')
+    + _event(b"response.content_part.added", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
+             b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}'))
 # one per streamed piece: the event's bytes before its sequence number, between it and the piece (the item id
 # and output index, filled in once per message) and after the piece
 _TEXT_DELTA_HEAD: Final = _event(b"response.output_text.delta", b'"sequence_number":').removesuffix(b"}\n\n")
@@ -69,10 +72,11 @@ class ResponsesStream:
 
     __slots__ = ("_id", "_message_id", "_created", "_request", "_model", "_fields", "_reader", "_sequence",
                  "_started", "_text", "_text_delta", "_message_index", "_message_done", "_calls", "_output",
-                 "_finish", "_usage", "_final", "ended", "error")
+                 "_finish", "_usage", "_final", "ended", "error", "_id_json")
 
     def __init__(self, response_id: str, created: int, request: dict[str, Any], source: str = "upstream") -> None:
         self._id = response_id
+        self._id_json = orjson.dumps(response_id)  # in every snapshot of the response
         self._message_id = message_id(response_id)
         self._created = created
         self._request = request
@@ -95,8 +99,12 @@ class ResponsesStream:
 
     def _response(self, status: bytes, usage: bytes = b"null", incomplete: bytes = b"null",
                   error: bytes = b"null") -> bytes:
-        return fill(RESPONSE, (orjson.dumps(self._id), decimal(self._created), status, orjson.dumps(self._model),
+        return fill(RESPONSE, (self._id_json, decimal(self._created), status, orjson.dumps(self._model),
                                  b",".join(self._output), error, incomplete, self._fields, usage))
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self._usage
 
     @property
     def result(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -195,8 +203,9 @@ class ResponsesStream:
         self._output.append(item)
         sequence = self._sequence
         self._sequence += 2
-        out.append(fill(_ITEM_ADDED, (decimal(sequence), decimal(index), item))
-                   + fill(_PART_ADDED, (decimal(sequence + 1), self._message_id, decimal(index))))
+        position = decimal(index)
+        out.append(fill(_MESSAGE_OPENED, (decimal(sequence), position, item, decimal(sequence + 1), self._message_id,
+                                          position)))
         return text
 
     def _close_message(self, out: list[bytes]) -> None:

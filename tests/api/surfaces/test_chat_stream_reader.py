@@ -1,10 +1,12 @@
 """The chat stream reader's learnt shape: text-only events it slices without parsing say exactly what
 parsing them says, whatever the text (quotes, backslashes, escapes a server writes its own way), and
-an event of another shape in the middle of a run is read for what it is."""
+an event of another shape in the middle of a run is read for what it is. The same for the shape
+foreseen from the role event, and for the finish and usage events read by their bytes."""
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -139,3 +141,142 @@ def test_any_mix_of_events_reads_the_same_in_one_chunk_cut_anywhere_or_one_event
     assert [o.reasoning for o in whole[1] if isinstance(o, ChatDelta) and o.reasoning] \
         == ["z" for kind, _ in events if kind == "reasoning"]
     assert whole[1][-1] == StreamEnd()
+
+
+def _server_event(layout: str, delta: dict[str, Any] | None, finish: Any = None, *, usage: Any = "absent",
+                  stop_reason: Any = "absent") -> bytes:
+    """An event as servers lay it out: `vllm` (id, object, created, model, then choices; a `stop_reason`
+    in the choice), `llama` (choices first, the finish reason before the delta, the model after),
+    `openai` (a `refusal` beside the role), `late` (the model after the choices, none in a usage event)."""
+    choice: dict[str, Any]
+    if layout == "llama":
+        choice = {"finish_reason": finish, "index": 0}
+        if delta is not None:
+            choice["delta"] = delta
+    else:
+        choice = {"index": 0}
+        if delta is not None:
+            choice["delta"] = {**delta, "refusal": None} if layout == "openai" and "role" in delta else delta
+        choice.update({"logprobs": None, "finish_reason": finish})
+        if stop_reason != "absent":
+            choice["stop_reason"] = stop_reason
+    top: dict[str, Any]
+    if layout == "late":  # the model after the choices, and not in a usage event
+        top = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 5,
+               "choices": [choice] if delta is not None else []}
+        if delta is not None:
+            top["model"] = "m"
+    elif layout == "llama":
+        top = {"choices": [choice] if delta is not None else [], "created": 5, "id": "chatcmpl-1", "model": "m",
+               "system_fingerprint": "b1", "object": "chat.completion.chunk"}
+    else:
+        top = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 5, "model": "m",
+               "choices": [choice] if delta is not None else []}
+    if usage != "absent":
+        top["usage"] = usage
+    return b"data: " + orjson.dumps(top) + b"\n\n"
+
+
+def _stream_event(layout: str, kind: str, text: str) -> bytes:
+    counts = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    return {
+        "text": lambda: _server_event(layout, {"content": text}),
+        "role": lambda: _server_event(layout, {"role": "assistant", "content": ""}),
+        "role_null": lambda: _server_event(layout, {"role": "assistant", "content": None}),
+        "finish": lambda: _server_event(layout, {}, "stop"),
+        "finish_content": lambda: _server_event(layout, {"content": ""}, "length"),
+        "finish_stop_string": lambda: _server_event(layout, {}, "stop", stop_reason="###"),
+        "finish_odd": lambda: _server_event(layout, {}, text or "stop2"),
+        "finish_number": lambda: _server_event(layout, {}, 7),
+        "usage": lambda: _server_event(layout, None, usage=counts),
+        "usage_null_model": lambda: _server_event(layout, None, usage=counts).replace(b'"model":"m"', b'"model":null'),
+        "usage_not_object": lambda: _server_event(layout, None, usage=[1]),
+        "usage_and_more": lambda: _server_event(layout, None, usage=counts)[:-3] + b',"x":1}\n\n',
+        "tool": lambda: _server_event(layout, {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f"}}]}),
+    }[kind]()
+
+
+def _sequence(items: list[Any]) -> list[Any]:
+    """Items as what they say: runs of text decoded and joined, other items as they are."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, list):
+            text = orjson.loads(b'"' + b"".join(item) + b'"')
+            if out and isinstance(out[-1], str):
+                out[-1] += text
+            else:
+                out.append(text)
+        else:
+            out.append(item)
+    return out
+
+
+_KINDS = ["role", "role_null", "finish", "finish_content", "finish_stop_string", "finish_odd", "finish_number",
+          "usage", "usage_null_model", "usage_not_object", "usage_and_more", "tool"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["vllm", "llama", "openai", "late"]),
+       st.lists(st.one_of(st.tuples(st.just("text"), st.text(max_size=4)),
+                          st.tuples(st.sampled_from(_KINDS), st.sampled_from(["", "é", "a_b", "x1"]))),
+                min_size=1, max_size=16),
+       st.booleans())
+def test_every_event_says_what_parsing_it_alone_says(layout, events, one_event_a_read):
+    # Each event parsed by a reader of its own (nothing learnt) is the reference: the stream's reader,
+    # which slices text events by a learnt or foreseen shape and reads finish and usage events by their
+    # bytes, says the same, in the same order.
+    wires = [_stream_event(layout, kind, text) for kind, text in events] + [b"data: [DONE]\n\n"]
+    reference = _sequence([item for wire in wires for item in ChatStreamReader().feed(wire)])
+    reader = ChatStreamReader()
+    if one_event_a_read:
+        items = [item for wire in wires for item in reader.feed(wire)]
+    else:
+        items = reader.feed(b"".join(wires))
+    assert _sequence(items) == reference
+
+
+def test_the_role_event_foretells_the_text_events_shape():
+    reader = ChatStreamReader()
+    text = _stream_event("vllm", "text", "Hi")
+    assert reader.lone_text(text) is None  # nothing learnt yet
+    reader.feed(_stream_event("vllm", "role", ""))
+    assert reader.lone_text(text) == b"Hi"  # foreseen: sliced without parsing a text event first
+    other = ChatStreamReader()
+    other.feed(_stream_event("openai", "role", ""))  # a refusal beside the role: nothing foreseen
+    assert other.lone_text(_stream_event("openai", "text", "Hi")) is None
+
+
+@pytest.mark.parametrize("layout", ["vllm", "llama"])
+def test_a_stream_of_a_known_shape_parses_only_its_role_event(layout, monkeypatch):
+    # The text events' shape foreseen from the role event, the finish and usage events read by their
+    # bytes: of a whole stream one event a read, only the role event is parsed (the llama.cpp layout
+    # writes its model after `choices`: its usage event, without the model, is parsed too). Counted on
+    # the module's source, loaded on its own, whose `orjson` can be watched in every build.
+    import importlib.util
+
+    import sits.translate.chat_stream as installed
+
+    source = Path(installed.__file__).with_name("chat_stream.py")
+    spec = importlib.util.spec_from_file_location("chat_stream_from_source", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parsed: list[bytes] = []
+
+    class CountingJson:
+        JSONDecodeError = orjson.JSONDecodeError
+        dumps = staticmethod(orjson.dumps)
+
+        @staticmethod
+        def loads(data: bytes) -> Any:
+            parsed.append(bytes(data))
+            return orjson.loads(data)
+
+    monkeypatch.setattr(module, "orjson", CountingJson)
+    wires = [_stream_event(layout, "role", ""), *(_stream_event(layout, "text", t) for t in ["Hel", "lo"]),
+             _stream_event(layout, "finish", ""), _stream_event(layout, "usage", ""), b"data: [DONE]\n\n"]
+    reader = module.ChatStreamReader()
+    items = [item for wire in wires for item in reader.feed(wire)]
+    whole_events = [p for p in parsed if b'"choices"' in p]  # not the usage object read on its own
+    assert _sequence(items) == _sequence([item for wire in wires for item in ChatStreamReader().feed(wire)])
+    assert len(whole_events) == (1 if layout == "vllm" else 2)
