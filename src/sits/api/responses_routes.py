@@ -82,7 +82,7 @@ class ResponsesRoutes:
                 try:
                     result = translator.result
                     if result is not None:
-                        await self._keep(response_id, result, items, asked)
+                        await self._keep(response_id, *result, items, asked)
                 except SitsError as exc:  # the answer is streaming already: it is not held back
                     log.warning("response %s was not stored: %s", response_id, exc.message)
 
@@ -91,8 +91,8 @@ class ResponsesRoutes:
             return StreamingResponse(200, relay, headers=headers, push=relay.push)
         completion = await self._path.read(started)
         payload, message = wire.from_chat_completion(completion, response_id, created, body)
-        if store:  # the stored object is read back from the bytes the client gets
-            await self._keep(response_id, (orjson.loads(payload), message), items, asked)
+        if store:
+            await self._keep(response_id, payload, message, items, asked)
         return HttpResponse(200, payload, headers=headers)
 
     async def _relayed(self, started: Started, stream: bool, store: bool, items: list[dict[str, Any]],
@@ -106,7 +106,7 @@ class ResponsesRoutes:
             if not store or not isinstance(response_id, str) or not response_id:
                 return
             try:
-                await self._keep(response_id, (response, passthrough.said(response)), items, asked)
+                await self._keep(response_id, orjson.dumps(response), passthrough.said(response), items, asked)
             except SitsError as exc:  # the answer is on its way already: it is not held back
                 log.warning("response %s was not stored: %s", response_id, exc.message)
 
@@ -116,7 +116,7 @@ class ResponsesRoutes:
         payload, parsed = await self._path.read_passthrough(started)
         response_id = parsed.get("id") if isinstance(parsed, dict) else None
         if store and isinstance(response_id, str) and parsed.get("status") in ("completed", "incomplete"):
-            await self._keep(response_id, (parsed, passthrough.said(parsed)), items, asked)
+            await self._keep(response_id, payload, passthrough.said(parsed), items, asked)
         return HttpResponse(200, payload, headers=headers)
 
     async def resource(self, request: HttpRequest, request_id: str) -> HttpResponse:
@@ -156,11 +156,13 @@ class ResponsesRoutes:
             raise _missing(response_id, param)
         return orjson.loads(raw)  # type: ignore[no-any-return]
 
-    async def _keep(self, response_id: str, result: tuple[dict[str, Any], dict[str, Any]],
-                    items: list[dict[str, Any]], asked: list[dict[str, Any]]) -> None:
-        response, said = result
+    async def _keep(self, response_id: str, response: bytes, said: dict[str, Any], items: list[dict[str, Any]],
+                    asked: list[dict[str, Any]]) -> None:
+        """Store the response (its JSON as the client got it, spliced in as it is), its input items and
+        the conversation so far, with the answer as a chat message (`said`)."""
         numbered = [{"id": item.get("id") or f"item_{response_id[5:]}_{i}", **item} for i, item in enumerate(items)]
-        record = orjson.dumps({"response": response, "input_items": numbered, "conversation": [*asked, said]})
+        record = b"".join((b'{"response":', response, b',"input_items":', orjson.dumps(numbered),
+                           b',"conversation":', orjson.dumps([*asked, said]), b"}"))
         if len(record) <= self._max_record_bytes:
             await self._store.put(response_id, record)
 

@@ -342,12 +342,12 @@ class ChatStreamReader:
         choice: dict[str, Any] = parsed["choices"][0]
         self._stop = matched_stop(choice)
         body = tail[:-2]  # the closing quote and brace of the delta, then the rest of the event
+        whole = head + body  # the event with an empty text
         if "finish_reason" in choice:  # then the one `"finish_reason":` written is the choice's
             self._finish_empty = _finish_ends(head[:-len(_CONTENT_KEY)] + b"}" + body[2:])
-            self._finish_content = _finish_ends(head + body)
+            self._finish_content = _finish_ends(whole)
         else:
             self._finish_empty = self._finish_content = _NO_ENDS
-        whole = head + body
         at_choices = whole.split(_CHOICES_KEY)
         models = whole.split(_MODEL_KEY)
         if len(at_choices) != 2 or len(models) > 2:

@@ -4,12 +4,12 @@
   as a chat/completions body, plus the input items in their Responses shape (for storage and
   `input_items`).
 - `from_chat_completion(...)`: a chat completion as a Responses `response` object, written as JSON.
-- `RESPONSE`, `TEXT_MESSAGE`, `call_item`, `assistant_message`, `status_of`: the parts a response object
+- `RESPONSE`, `TEXT_MESSAGE`, `TEXT_PART`, `call_item`, `assistant_message`, `status_of`: the parts a response object
   and a stream's events are written from (`translate/responses_stream.py` writes the stream).
 
 A response object is written as bytes from templates, as the stream writes its snapshots: the fields
 that restate the request are serialised once per request shape (`fields_json`), the answer's text as
-the one JSON string it is. Where it is stored, it is read back from those bytes.
+the one JSON string it is. Where it is stored, those bytes go into the stored record as they are.
 """
 
 from __future__ import annotations
@@ -305,9 +305,11 @@ def incomplete_details(status: str, finish: str | None) -> dict[str, Any] | None
 # are `fields_json`.
 RESPONSE: Final = slots(b'{"id":%b,"object":"response","created_at":%b,"status":"%b","model":%b,"output":[%b],'
                         b'"error":%b,"incomplete_details":%b,%b,"usage":%b}')
-# A finished assistant message item with its one text part: the message id, then the text as a JSON string.
+# A finished text part (its text a JSON string), and a finished assistant message item with that one part:
+# the message id, then the text.
+TEXT_PART: Final = b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}'
 TEXT_MESSAGE: Final = slots(b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":['
-                            b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}]}')
+                            + TEXT_PART + b']}')
 
 
 def message_id(response_id: str) -> bytes:

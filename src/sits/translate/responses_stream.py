@@ -3,8 +3,8 @@
 Events are written as bytes from templates, not built as objects and dumped: the text pieces the
 chat reader slices out (`translate/chat_stream.py`) go into them as they are, the fields of the
 response that restate the request are serialised once, and each output item is kept as the JSON it
-was last sent as. The response object itself (`result`, for the response store) is read back from
-the closing event's bytes only when asked for.
+was last sent as. The response object for the response store (`result`) is the closing event's
+bytes, spliced into the stored record as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sits.translate.sse import decimal, fill, slots
 from sits.translate.responses import (
     RESPONSE,
     TEXT_MESSAGE,
+    TEXT_PART,
     assistant_message,
     call_item,
     fields_json,
@@ -36,12 +37,12 @@ def _event(name: bytes, fields: bytes) -> bytes:
 
 _OPENED: Final = slots(_event(b"response.created", b'"sequence_number":0,"response":%b')
                        + _event(b"response.in_progress", b'"sequence_number":1,"response":%b'))
-_ITEM_ADDED: Final = slots(_event(b"response.output_item.added", b'"sequence_number":%b,"output_index":%b,"item":%b'))
+_ITEM_ADDED_EVENT: Final = _event(b"response.output_item.added", b'"sequence_number":%b,"output_index":%b,"item":%b')
+_ITEM_ADDED: Final = slots(_ITEM_ADDED_EVENT)
 # A message item added and its text part added, one template (`_open_message`)
 _MESSAGE_OPENED: Final = slots(
-    _event(b"response.output_item.added", b'"sequence_number":%b,"output_index":%b,"item":%b')
-    + _event(b"response.content_part.added", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-             b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}'))
+    _ITEM_ADDED_EVENT + _event(b"response.content_part.added", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
+                               b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}'))
 # one per streamed piece: the event's bytes before its sequence number, between it and the piece (the item id
 # and output index, filled in once per message) and after the piece
 _TEXT_DELTA_HEAD: Final = _event(b"response.output_text.delta", b'"sequence_number":').removesuffix(b"}\n\n")
@@ -50,13 +51,14 @@ _TEXT_DELTA_TAIL: Final = b'","logprobs":[]}\n\n'
 _TEXT_DELTA_TAIL_HEAD: Final = _TEXT_DELTA_TAIL + _TEXT_DELTA_HEAD
 # The three events that close a message (text done, part done, item done) as one template: what
 # `_close_message` writes per stream in one join.
+_ITEM_DONE_EVENT: Final = _event(b"response.output_item.done", b'"sequence_number":%b,"output_index":%b,"item":%b')
+_ITEM_DONE: Final = slots(_ITEM_DONE_EVENT)
 _MESSAGE_CLOSED: Final = slots(
     _event(b"response.output_text.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
            b'"content_index":0,"text":%b,"logprobs":[]')
     + _event(b"response.content_part.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-             b'"content_index":0,"part":{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}')
-    + _event(b"response.output_item.done", b'"sequence_number":%b,"output_index":%b,"item":%b'))
-_ITEM_DONE: Final = slots(_event(b"response.output_item.done", b'"sequence_number":%b,"output_index":%b,"item":%b'))
+             b'"content_index":0,"part":' + TEXT_PART)
+    + _ITEM_DONE_EVENT)
 _ARGUMENTS_DELTA: Final = slots(_event(b"response.function_call_arguments.delta",
                                        b'"sequence_number":%b,"item_id":"%b","output_index":%b,"delta":%b'))
 _CLOSED: Final = slots(b'event: %b\ndata: {"type":"%b","sequence_number":%b,"response":%b}\n\n')
@@ -107,8 +109,9 @@ class ResponsesStream:
         return self._usage
 
     @property
-    def result(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """(the response object, the answer as a chat message), once the stream ended well."""
+    def result(self) -> tuple[bytes, dict[str, Any]] | None:
+        """(the response object as the closing event wrote it, the answer as a chat message), once the
+        stream ended well."""
         if not self._final:
             return None
         try:
@@ -116,7 +119,7 @@ class ResponsesStream:
         except orjson.JSONDecodeError:  # a piece sliced out of an event that was not JSON
             raise UpstreamProtocolError("the upstream's text is not a valid JSON string") from None
         calls = [(c[2], c[3], "".join(c[4])) for c in self._calls.values()]
-        return orjson.loads(self._final), assistant_message(text, calls)
+        return self._final, assistant_message(text, calls)
 
     def start(self) -> list[bytes]:
         self._started = True
