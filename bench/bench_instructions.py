@@ -42,7 +42,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from processes import ProcessSet, free_port, wait_for_line, wait_http_ok  # noqa: E402
-from targets import TENANTS_SECRET, tenants_config  # noqa: E402
+from targets import PINNED_ADMISSION, TENANTS_SECRET, tenants_config  # noqa: E402
 
 _TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
@@ -72,10 +72,7 @@ models:
 # --tenants, and for the same reason): under valgrind a surface whose request costs more than another's can
 # pass the adaptive limiter's 20 ms floor and be queued in admission, a cost it never pays at full speed.
 # `--adaptive-admission` serves with `--backend` itself, admission adaptive.
-PINNED_CONFIG = """
-admission:
-  limiter: {type: fixed, limit: 64}
-control: {allow_loopback: true}
+PINNED_CONFIG = PINNED_ADMISSION + """control: {allow_loopback: true}
 models:
   - name: bench-model
     endpoints: [{url: "UPSTREAM_URL", upstream_model: bench-model API}]

@@ -67,6 +67,9 @@ def sits_version(cmd: list[str]) -> str:
     return (out.stdout or out.stderr).strip()
 
 
+# Admission's limit fixed above every bench's clients, for runs under valgrind (bench_instructions.py): there
+# the gateway runs ~50x slower, and the adaptive limiter could queue the dearer requests.
+PINNED_ADMISSION = "admission:\n  limiter: {type: fixed, limit: 64}\n"
 TENANTS_SECRET = "bench-key-secret"  # what bench/sits_bench_keys.py hashes the bench key under
 TENANTS_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -77,7 +80,7 @@ def tenants_config(upstream_url: str, redis_url: str = TENANTS_REDIS, *, pinned_
     concurrency limits counted in Redis, a key and a team budget reserved and settled), the model priced so
     every request's cost is computed. `pinned_admission`: admission's limit fixed at 64 (for valgrind
     runs, see bench_instructions.py); `max_batch`: `limits.max_batch` when not the default."""
-    admission = "admission:\n  limiter: {type: fixed, limit: 64}\n" if pinned_admission else ""
+    admission = PINNED_ADMISSION if pinned_admission else ""
     batch = f", max_batch: {max_batch}" if max_batch is not None else ""
     return (f"{admission}tenants:\n  enabled: true\n"
             f'  limits: {{redis_url: "{redis_url}", key_prefix: "sits:bench:{os.getpid()}:"{batch}}}\n'

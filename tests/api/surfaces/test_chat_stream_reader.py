@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
 
 
-def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 5, "model": "m",
-             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+def event(delta: dict[str, Any], finish: str | None = None, usage: Any = "absent") -> bytes:
+    """An event as vLLM lays it out (`_server_event`)."""
+    return _server_event("vllm", delta, finish, usage=usage)
 
 
 def read(wire: bytes, cuts: list[int] | None = None) -> tuple[str, list[Any]]:
