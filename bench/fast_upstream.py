@@ -35,13 +35,16 @@ import orjson
 
 MODEL = "bench-model"
 CREATED = 1700000000
+# Each chat answer carries its own id and `created`, as a model server's do: these bytes of the prebuilt
+# answers are replaced per answer by ones of the same length (`_own_values`).
+CHAT_ID = "chatcmpl-0000000000000000"
 DEFAULT_TOKENS = ("Hello", " from", " the", " bench", " upstream", ".")
 
 
 def _completion_body() -> bytes:
     return orjson.dumps(
         {
-            "id": "chatcmpl-bench",
+            "id": CHAT_ID,
             "object": "chat.completion",
             "created": CREATED,
             "model": MODEL,
@@ -60,7 +63,7 @@ def _completion_body() -> bytes:
 def _chunk(delta: dict, finish_reason: str | None) -> bytes:
     return orjson.dumps(
         {
-            "id": "chatcmpl-bench",
+            "id": CHAT_ID,
             "object": "chat.completion.chunk",
             "created": CREATED,
             "model": MODEL,
@@ -81,11 +84,21 @@ def stream_events(tokens: list[str], usage: bool = False) -> list[bytes]:
     events += [_chunk({"content": t}, None) for t in tokens]
     events.append(_chunk({}, "stop"))
     if usage:
-        events.append(orjson.dumps({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
+        events.append(orjson.dumps({"id": CHAT_ID, "object": "chat.completion.chunk", "created": CREATED,
                                     "model": MODEL, "choices": [],
                                     "usage": {"prompt_tokens": 9, "completion_tokens": len(tokens),
                                               "total_tokens": 9 + len(tokens)}}))
     return events + [b"[DONE]"]
+
+
+_CHAT_ID_BYTES = CHAT_ID.encode()
+_CREATED_BYTES = b'"created":%d' % CREATED
+
+
+def _own_values(answer: bytes, number: int) -> bytes:
+    """A prebuilt chat answer with the id and `created` of answer `number` (the same lengths)."""
+    return answer.replace(_CHAT_ID_BYTES, b"chatcmpl-%016x" % number).replace(
+        _CREATED_BYTES, b'"created":%d' % (CREATED + number % 10**9))
 
 
 def _response_object(status: str, text: str) -> dict:
@@ -259,15 +272,17 @@ class UpstreamProtocol(asyncio.Protocol):
             body = b"".join(self.body)
             Stats.completions += 1
             stream, usage = _stream_asked(body)
-            if ERROR_EVERY and Stats.completions % ERROR_EVERY == 0:
+            number = Stats.completions
+            if ERROR_EVERY and number % ERROR_EVERY == 0:
                 transport.write(_INJECTED_RESP[keep])
             elif not stream:
-                transport.write(_COMPLETION[keep])
+                transport.write(_own_values(_COMPLETION[keep], number))
             elif EVENT_GAP_S > 0:
-                self._write_spaced((_STREAM_USAGE_PIECES if usage else _STREAM_PIECES)[keep], keep)
+                pieces = (_STREAM_USAGE_PIECES if usage else _STREAM_PIECES)[keep]
+                self._write_spaced([_own_values(piece, number) for piece in pieces], keep)
                 return
             else:
-                transport.write((_STREAM_USAGE if usage else _STREAM)[keep])
+                transport.write(_own_values((_STREAM_USAGE if usage else _STREAM)[keep], number))
         elif method == b"POST" and path == b"/v1/responses":
             Stats.completions += 1
             if not _wants_stream(b"".join(self.body)):

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Final, Protocol
 
+import orjson
+
 from sits.api import pulled_relays
 from sits.api.http_types import ChunkSink
 from sits.api.pulled_relay import PulledRelay, PulledSink
@@ -41,7 +43,8 @@ class StreamTranslator(Protocol):
 
     @property
     def usage(self) -> dict[str, Any] | None:
-        """The chat stream's usage, when it parsed it (then not read again from the bytes)."""
+        """The chat stream's usage as the translator read it (None when the stream had none): what the
+        relay records, with no search of the chunks for it."""
 
     def feed(self, chunk: bytes) -> list[bytes]: ...
 
@@ -50,7 +53,7 @@ class StreamTranslator(Protocol):
 
 class TranslatedStreamRelay(PulledRelay):
     __slots__ = ("_answer", "_seen", "_prompt", "_translator", "_remember", "_on_complete", "_accumulator",
-                 "_last", "_sink", "_held", "_raw_usage", "_missing_end")
+                 "_sink", "_held", "_raw_usage", "_missing_end")
 
     def __init__(self, answer: Answer, seen: Observation, prompt: str, translator: StreamTranslator,
                  remember: Callable[[Answer, CachedCompletion | None], None],
@@ -70,7 +73,6 @@ class TranslatedStreamRelay(PulledRelay):
         self._accumulator = CompletionAccumulator(CHAT_API) if chat and answer.cache_key is not None else None
         self._raw_usage = raw_usage
         self._missing_end = missing_end
-        self._last = b""  # the last chunk that carried usage
         self._sink: ChunkSink | None = None  # push() puts the client's connection here
         self._held: list[bytes] = []  # events waiting for `on_complete`, or for the stream's last write
 
@@ -87,13 +89,11 @@ class TranslatedStreamRelay(PulledRelay):
         return self._on_complete is not None and translator.ended and translator.error is None
 
     def deliver(self, chunk: bytes) -> bool:
-        """One chat chunk seen (the cache's copy, usage), translated and sent on, or held while the stream's
+        """One chat chunk seen (the cache's copy), translated and sent on, or held while the stream's
         end waits for `on_complete`; True when the client's buffer is full. The one per-event path of both
         ways. A SitsError it raises (a chunk that does not translate) ends the stream (SseGuard.relay)."""
         if self._accumulator is not None:
             self._accumulator.feed(chunk)
-        if chunk.find(b'"usage":{') >= 0:  # find(), not `in`: see ChatStreamRelay.deliver
-            self._last = chunk
         translator = self._translator
         events = translator.feed(chunk)
         if not events:
@@ -125,12 +125,22 @@ class TranslatedStreamRelay(PulledRelay):
         return exc.http_status, exc.message
 
     def end(self, status: int, error: str | None) -> None:
-        answer = self._answer
-        last = self._last if self._raw_usage is None else self._raw_usage()
-        usage = self._translator.usage
-        counts = answer.usage(last) if usage is None else answer.usage(last, {"usage": usage})
-        self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
-                          counts, status=status, prompt=self._prompt, error=error, raw_usage=last)
+        answer, seen = self._answer, self._seen
+        if self._raw_usage is not None:
+            last = self._raw_usage()
+            counts = answer.usage(last)
+        else:  # the translator read the chat stream's usage, if it had any: no chunk searched for it
+            usage = self._translator.usage
+            last = b""
+            if usage is None:
+                counts = answer.usage(last)
+            else:
+                parsed = {"usage": usage}
+                if seen.tenant is not None:  # the key gate reads usage by kind from bytes (`Ticket.finish`)
+                    last = orjson.dumps(parsed)
+                counts = answer.usage(last, parsed)
+        seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,
+                    counts, status=status, prompt=self._prompt, error=error, raw_usage=last)
         answer.close(status == 200)
         if status == 200 and self._accumulator is not None:
             self._remember(answer, self._accumulator.result())

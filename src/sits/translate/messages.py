@@ -239,7 +239,7 @@ def message_object(completion: Any, message_id: str, model: str, stop_sequences:
     return {"id": message_id, "type": "message", "role": "assistant",
             "model": completion.get("model") if isinstance(completion.get("model"), str) else model,
             "content": content, "stop_reason": reason, "stop_sequence": sequence,
-            "usage": anthropic_usage(completion.get("usage"))}
+            "usage": orjson.Fragment(anthropic_usage(completion.get("usage")))}  # JSON already
 
 
 def _arguments(raw: Any) -> Any:

@@ -127,7 +127,7 @@ class MessagesStream:
             return out
         self._close(out)
         reason, sequence = stop_of(self._finish, self._stop, self._stop_sequences)
-        out.append(fill(_END, (reason.encode(), orjson.dumps(sequence), orjson.dumps(anthropic_usage(self._usage)))))
+        out.append(fill(_END, (reason.encode(), orjson.dumps(sequence), anthropic_usage(self._usage))))
         self.ended = True
         return out
 

@@ -344,7 +344,7 @@ def from_chat_completion(completion: Any, response_id: str, created: int, reques
     details = incomplete_details(status, finish)
     body = fill(RESPONSE, (orjson.dumps(response_id), decimal(created), status.encode(), orjson.dumps(model),
                            b",".join(output), b"null", b"null" if details is None else orjson.dumps(details),
-                           fields_json(request), orjson.dumps(responses_usage(completion.get("usage") or {}))))
+                           fields_json(request), responses_usage(completion.get("usage"))))
     return body, assistant_message(text, calls)
 
 

@@ -72,17 +72,18 @@ class ResponsesStream:
     """Chat SSE bytes in, Responses SSE events out. Feed every chunk; `fail()` on a broken stream.
     `result` is the final response object and the assistant's chat message once the stream ended well."""
 
-    __slots__ = ("_id", "_message_id", "_created", "_request", "_model", "_fields", "_reader", "_sequence",
+    __slots__ = ("_id", "_message_id", "_request", "_model", "_fields", "_reader", "_sequence",
                  "_started", "_text", "_text_delta", "_message_index", "_message_done", "_calls", "_output",
-                 "_finish", "_usage", "_final", "ended", "error", "_id_json")
+                 "_finish", "_usage", "_final", "ended", "error", "_id_json", "_created_json", "_model_json")
 
     def __init__(self, response_id: str, created: int, request: dict[str, Any], source: str = "upstream") -> None:
         self._id = response_id
         self._id_json = orjson.dumps(response_id)  # in every snapshot of the response
         self._message_id = message_id(response_id)
-        self._created = created
+        self._created_json = decimal(created)
         self._request = request
         self._model = request["model"]
+        self._model_json = orjson.dumps(self._model)  # in every snapshot too
         self._fields = fields_json(request)
         self._reader = ChatStreamReader(source)
         self._sequence = 0
@@ -101,8 +102,8 @@ class ResponsesStream:
 
     def _response(self, status: bytes, usage: bytes = b"null", incomplete: bytes = b"null",
                   error: bytes = b"null") -> bytes:
-        return fill(RESPONSE, (self._id_json, decimal(self._created), status, orjson.dumps(self._model),
-                                 b",".join(self._output), error, incomplete, self._fields, usage))
+        return fill(RESPONSE, (self._id_json, self._created_json, status, self._model_json, b",".join(self._output),
+                               error, incomplete, self._fields, usage))
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -169,8 +170,9 @@ class ResponsesStream:
         out.append(b"".join(parts))
 
     def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
-        if delta.model and self._model == self._request["model"]:
+        if delta.model and self._model == self._request["model"] and delta.model != self._model:
             self._model = delta.model
+            self._model_json = orjson.dumps(delta.model)
         if delta.text:
             self._text_pieces([text_piece(delta.text)], out)
         for tool in delta.tools:
@@ -246,7 +248,7 @@ class ResponsesStream:
         self._close_calls(out)
         status = status_of(self._finish)
         details = incomplete_details(status, self._finish)
-        self._final = self._response(status.encode(), orjson.dumps(responses_usage(self._usage or {})),
+        self._final = self._response(status.encode(), responses_usage(self._usage),
                                      b"null" if details is None else orjson.dumps(details))
         name = b"response.completed" if status == "completed" else b"response.incomplete"
         out.append(fill(_CLOSED, (name, name, decimal(self._sequence), self._final)))

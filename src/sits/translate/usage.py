@@ -8,7 +8,9 @@ Chat usage counts every prompt token in `prompt_tokens`; the cached part is in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
+
+from sits.translate.sse import decimal, fill, slots
 
 
 def _int(value: Any) -> int:
@@ -33,17 +35,26 @@ def chat_counts(usage: Any) -> tuple[int, int, int, int, int]:
     return prompt, completion, cached, creation, reasoning
 
 
-def responses_usage(usage: Any) -> dict[str, Any]:
+# The surfaces' usage objects as JSON, written from templates (the members in the order each API
+# documents them): a few lookups and one join, where a dict and its dump cost several times that.
+_RESPONSES_USAGE: Final = slots(b'{"input_tokens":%b,"input_tokens_details":{"cached_tokens":%b},"output_tokens":%b,'
+                                b'"output_tokens_details":{"reasoning_tokens":%b},"total_tokens":%b}')
+_ANTHROPIC_USAGE: Final = slots(b'{"input_tokens":%b,"output_tokens":%b,"cache_read_input_tokens":%b,'
+                                b'"cache_creation_input_tokens":%b}')
+
+
+def responses_usage(usage: Any) -> bytes:
+    """The Responses API's usage object, as JSON, from a chat `usage` object."""
     prompt, completion, cached, _, reasoning = chat_counts(usage)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},
-            "total_tokens": prompt + completion}
+    return fill(_RESPONSES_USAGE, (decimal(prompt), decimal(cached), decimal(completion), decimal(reasoning),
+                                   decimal(prompt + completion)))
 
 
-def anthropic_usage(usage: Any) -> dict[str, int]:
+def anthropic_usage(usage: Any) -> bytes:
+    """Anthropic's usage object, as JSON, from a chat `usage` object (`input_tokens` without the cache's)."""
     prompt, completion, cached, creation, _ = chat_counts(usage)
-    return {"input_tokens": max(0, prompt - cached - creation), "output_tokens": completion,
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": creation}
+    return fill(_ANTHROPIC_USAGE, (decimal(max(0, prompt - cached - creation)), decimal(completion), decimal(cached),
+                                   decimal(creation)))
 
 
 def chat_usage_from_anthropic(usage: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sits.translate import chat_stream
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
 
 
@@ -279,3 +280,64 @@ def test_a_stream_of_a_known_shape_parses_only_its_role_event(layout, monkeypatc
     whole_events = [p for p in parsed if b'"choices"' in p]  # not the usage object read on its own
     assert _sequence(items) == _sequence([item for wire in wires for item in ChatStreamReader().feed(wire)])
     assert len(whole_events) == (1 if layout == "vllm" else 2)
+    # The next stream of the source, with its own id and `created`: its role event is read by the opening
+    # the first one learnt, so nothing of it is parsed but the llama layout's usage event.
+    parsed.clear()
+    later = [_own_values(wire, "chatcmpl-later", 1733000000) for wire in wires]
+    reader = module.ChatStreamReader()
+    items = [item for wire in later for item in reader.feed(wire)]
+    assert _sequence(items) == _sequence([item for wire in later for item in ChatStreamReader().feed(wire)])
+    assert len([p for p in parsed if b'"choices"' in p]) == (0 if layout == "vllm" else 1)
+
+
+def _own_values(wire: bytes, stream_id: str, created: int) -> bytes:
+    """A `_server_event` stream with its own id and `created` instead of the layout helper's."""
+    return wire.replace(b'"chatcmpl-1"', orjson.dumps(stream_id)).replace(b'"created":5', b'"created":%d' % created)
+
+
+_IDS = st.one_of(st.from_regex(r"chatcmpl-[0-9a-f]{1,32}", fullmatch=True),
+                 st.text(min_size=1, max_size=12),  # quotes, backslashes, non-ASCII: parsed, never read by bytes
+                 st.just(""))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["vllm", "llama", "openai", "late"]),
+       st.lists(st.tuples(_IDS, st.integers(0, 2**70), st.sampled_from(["role", "role_null"]),
+                          st.lists(st.sampled_from(["text", "finish", "finish_content", "usage", "tool"]), max_size=5),
+                          st.booleans()), min_size=1, max_size=5))
+def test_a_later_streams_role_event_read_by_the_opening_says_what_parsing_it_says(layout, streams):
+    # Streams of one source, each with its own id and `created`: the readers after the first may read the
+    # role event by the opening the first learnt. Every stream still says what its events say parsed each
+    # alone, in the same order, whatever its id and number (one a JSON escape, non-ASCII or beyond 64 bits
+    # is parsed).
+    source = f"test-opening-{layout}"
+    chat_stream._OPENINGS.pop(source, None)  # noqa: SLF001 - the memo under test, empty to start
+    for stream_id, created, role, kinds, one_event_a_read in streams:
+        wires = [_own_values(_stream_event(layout, kind, "Hi"), stream_id, created) for kind in [role, *kinds]]
+        wires.append(b"data: [DONE]\n\n")
+        reference = _sequence([item for wire in wires for item in _parsed_alone(wire)])
+        reader = ChatStreamReader(source)
+        items = [i for wire in wires for i in reader.feed(wire)] if one_event_a_read else reader.feed(b"".join(wires))
+        assert _sequence(items) == reference
+
+
+def _parsed_alone(wire: bytes) -> list[Any]:
+    """What a reader with nothing learnt, of a source of its own, makes of one event."""
+    chat_stream._OPENINGS.pop("alone", None)  # noqa: SLF001
+    return ChatStreamReader("alone").feed(wire)
+
+
+def test_a_later_streams_role_event_is_not_parsed_and_its_shape_carries_its_own_values():
+    chat_stream._OPENINGS.pop("opening-source", None)  # noqa: SLF001
+    first = ChatStreamReader("opening-source")
+    first.feed(_own_values(_stream_event("vllm", "role", ""), "chatcmpl-aaa", 1733000000))
+    assert "opening-source" in chat_stream._OPENINGS  # noqa: SLF001 - learnt
+    second = ChatStreamReader("opening-source")
+    [role] = second.feed(_own_values(_stream_event("vllm", "role", ""), "chatcmpl-bbbbbb", 1733000042))
+    assert isinstance(role, ChatDelta) and role.model == "m" and role.text == "" and role.finish is None
+    # the text events' shape foreseen with the second stream's own id and number, not the first's
+    text = _own_values(_stream_event("vllm", "text", "Hi"), "chatcmpl-bbbbbb", 1733000042)
+    assert second.lone_text(text) == b"Hi"
+    assert second.lone_text(_own_values(_stream_event("vllm", "text", "Hi"), "chatcmpl-aaa", 1733000000)) is None
+    finish = _own_values(_stream_event("vllm", "finish", ""), "chatcmpl-bbbbbb", 1733000042)
+    assert second.feed(finish) == ChatStreamReader().feed(finish)
