@@ -12,25 +12,21 @@ import orjson
 
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
 from sits.translate.messages import stop_of
-from sits.translate.sse import decimal, fill, named_event, slots
+from sits.translate.sse import named_event
 from sits.translate.usage import anthropic_usage
 
-_START: Final = slots(b'event: message_start\ndata: {"type":"message_start","message":{"id":%b,"type":"message",'
-                      b'"role":"assistant","model":%b,"content":[],"stop_reason":null,"stop_sequence":null,'
-                      b'"usage":{"input_tokens":0,"output_tokens":0}}}\n\n')
-_BLOCK_START: Final = slots(b'event: content_block_start\ndata: {"type":"content_block_start","index":%b,'
-                            b'"content_block":%b}\n\n')
-_TEXT_BLOCK = b'{"type":"text","text":""}'
-_THINKING_BLOCK = b'{"type":"thinking","thinking":"","signature":""}'
-# one per streamed piece: the head (with the block index) and the tail around each piece
-_DELTA: Final = slots(b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%b,'
-                      b'"delta":{"type":"%b","%b":"')
-_DELTA_END = b'"}}\n\n'
-_ARGUMENTS_DELTA: Final = slots(b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%b,'
-                                b'"delta":{"type":"input_json_delta","partial_json":%b}}\n\n')
-_BLOCK_STOP: Final = slots(b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%b}\n\n')
-_END: Final = slots(b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"%b",'
-                    b'"stop_sequence":%b},"usage":%b}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')
+_TEXT_BLOCK: Final = b'{"type":"text","text":""}'
+_THINKING_BLOCK: Final = b'{"type":"thinking","thinking":"","signature":""}'
+_DELTA_END: Final = b'"}}\n\n'  # after each streamed piece
+
+# Each event is a bytes literal formatted where it is written (with `%b` for bytes, `%d` for ints):
+# compiled, that is one allocation, no template parsed at run time (docs/hot-path.md).
+
+
+def _delta_head(block: int, kind: bytes, field: bytes) -> bytes:
+    """A content block's delta event up to its piece (then the piece and `_DELTA_END`)."""
+    return (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":{"type":"%b","%b":"'
+            % (block, kind, field))
 
 
 class MessagesStream:
@@ -58,13 +54,15 @@ class MessagesStream:
 
     def start(self) -> list[bytes]:
         self._started = True
-        return [fill(_START, (orjson.dumps(self._id), orjson.dumps(self._model)))]
+        return [b'event: message_start\ndata: {"type":"message_start","message":{"id":%b,"type":"message",'
+                b'"role":"assistant","model":%b,"content":[],"stop_reason":null,"stop_sequence":null,'
+                b'"usage":{"input_tokens":0,"output_tokens":0}}}\n\n' % (orjson.dumps(self._id), orjson.dumps(self._model))]
 
     def feed(self, chunk: bytes) -> list[bytes]:
         if self._open_kind == "text" and not self.ended:
             piece = self._reader.lone_text(chunk)
             if piece is not None:  # one token's event into the open text block: most of a stream
-                return [self._text_delta + piece + _DELTA_END]
+                return [b"%b%b%b" % (self._text_delta, piece, _DELTA_END)]
         out = [] if self._started else self.start()
         for item in self._reader.feed(chunk):
             if self.ended:
@@ -84,27 +82,28 @@ class MessagesStream:
         self._close(out)
         self._block += 1
         self._open_kind = kind
-        out.append(fill(_BLOCK_START, (decimal(self._block), block)))
+        out.append(b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,"content_block":%b}\n\n'
+                   % (self._block, block))
 
     def _open_text(self, out: list[bytes]) -> None:
         self._open("text", _TEXT_BLOCK, out)
-        self._text_delta = fill(_DELTA, (decimal(self._block), b"text_delta", b"text"))
+        self._text_delta = _delta_head(self._block, b"text_delta", b"text")
 
     def _close(self, out: list[bytes]) -> None:
         if self._open_kind:
-            out.append(fill(_BLOCK_STOP, (decimal(self._block),)))
+            out.append(b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n' % (self._block,))
             self._open_kind = ""
 
     def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
         if delta.reasoning:
             if self._open_kind != "thinking":
                 self._open("thinking", _THINKING_BLOCK, out)
-            out.append(fill(_DELTA, (decimal(self._block), b"thinking_delta", b"thinking")) + text_piece(delta.reasoning)
-                       + _DELTA_END)
+            out.append(b"%b%b%b" % (_delta_head(self._block, b"thinking_delta", b"thinking"), text_piece(delta.reasoning),
+                                    _DELTA_END))
         if delta.text:
             if self._open_kind != "text":
                 self._open_text(out)
-            out.append(self._text_delta + text_piece(delta.text) + _DELTA_END)
+            out.append(b"%b%b%b" % (self._text_delta, text_piece(delta.text), _DELTA_END))
         for tool in delta.tools:
             kind = f"tool:{tool.index}"
             if tool.index not in self._tools:
@@ -115,7 +114,9 @@ class MessagesStream:
             elif self._open_kind != kind:
                 continue  # a delta for a block already closed: chat servers send each call's pieces in order
             if tool.arguments:
-                out.append(fill(_ARGUMENTS_DELTA, (decimal(self._block), orjson.dumps(tool.arguments))))
+                out.append(b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+                           b'"delta":{"type":"input_json_delta","partial_json":%b}}\n\n'
+                           % (self._block, orjson.dumps(tool.arguments)))
         if delta.finish is not None:
             self._finish, self._stop = delta.finish, delta.stop
         if delta.usage is not None:
@@ -127,7 +128,9 @@ class MessagesStream:
             return out
         self._close(out)
         reason, sequence = stop_of(self._finish, self._stop, self._stop_sequences)
-        out.append(fill(_END, (reason.encode(), orjson.dumps(sequence), anthropic_usage(self._usage))))
+        out.append(b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"%b","stop_sequence":%b},'
+                   b'"usage":%b}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'
+                   % (reason.encode(), orjson.dumps(sequence), anthropic_usage(self._usage)))
         self.ended = True
         return out
 

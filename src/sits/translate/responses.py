@@ -4,7 +4,7 @@
   as a chat/completions body, plus the input items in their Responses shape (for storage and
   `input_items`).
 - `from_chat_completion(...)`: a chat completion as a Responses `response` object, written as JSON.
-- `RESPONSE`, `TEXT_MESSAGE`, `TEXT_PART`, `call_item`, `assistant_message`, `status_of`: the parts a response object
+- `response_json`, `text_message`, `text_part`, `call_item`, `assistant_message`, `status_of`: the parts a response object
   and a stream's events are written from (`translate/responses_stream.py` writes the stream).
 
 A response object is written as bytes from templates, as the stream writes its snapshots: the fields
@@ -19,7 +19,6 @@ from typing import Any, Final
 import orjson
 
 from sits.errors import InvalidRequest
-from sits.translate.sse import decimal, fill, slots
 from sits.translate.usage import responses_usage
 
 _CHAT_PASSTHROUGH = ("temperature", "top_p", "user", "parallel_tool_calls", "seed")
@@ -301,15 +300,25 @@ def incomplete_details(status: str, finish: str | None) -> dict[str, Any] | None
     return {"reason": _INCOMPLETE.get(finish or "", "max_output_tokens")} if status == "incomplete" else None
 
 
-# A response object's members in the order the API documents them; the ones that restate the request
-# are `fields_json`.
-RESPONSE: Final = slots(b'{"id":%b,"object":"response","created_at":%b,"status":"%b","model":%b,"output":[%b],'
-                        b'"error":%b,"incomplete_details":%b,%b,"usage":%b}')
-# A finished text part (its text a JSON string), and a finished assistant message item with that one part:
-# the message id, then the text.
-TEXT_PART: Final = b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}'
-TEXT_MESSAGE: Final = slots(b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":['
-                            + TEXT_PART + b']}')
+def response_json(response_id: bytes, created: bytes, status: bytes, model: bytes, output: bytes, error: bytes,
+                  incomplete: bytes, fields: bytes, usage: bytes) -> bytes:
+    """A response object as JSON, its members in the order the API documents them: each argument JSON
+    already but `status` (the bare word) and `output` (the items, comma-separated); the members that
+    restate the request are `fields` (`fields_json`). A bytes literal formatted at its use: compiled, one
+    allocation (docs/hot-path.md)."""
+    return (b'{"id":%b,"object":"response","created_at":%b,"status":"%b","model":%b,"output":[%b],'
+            b'"error":%b,"incomplete_details":%b,%b,"usage":%b}'
+            % (response_id, created, status, model, output, error, incomplete, fields, usage))
+
+
+def text_part(text: bytes) -> bytes:
+    """A finished text part, its text a JSON string."""
+    return b'{"type":"output_text","text":%b,"annotations":[],"logprobs":[]}' % (text,)
+
+
+def text_message(message_id: bytes, part: bytes) -> bytes:
+    """A finished assistant message item with its one part (`text_part`)."""
+    return b'{"type":"message","id":"%b","status":"completed","role":"assistant","content":[%b]}' % (message_id, part)
 
 
 def message_id(response_id: str) -> bytes:
@@ -337,14 +346,14 @@ def from_chat_completion(completion: Any, response_id: str, created: int, reques
                       str(function.get("arguments", ""))))
     finish = choice.get("finish_reason")
     model: str = completion["model"] if isinstance(completion.get("model"), str) else request["model"]
-    output = [fill(TEXT_MESSAGE, (message_id(response_id), orjson.dumps(text)))] if text or not calls else []
+    output = [text_message(message_id(response_id), text_part(orjson.dumps(text)))] if text or not calls else []
     for i, (call_id, name, arguments) in enumerate(calls):
         output.append(orjson.dumps(call_item(response_id, i, call_id, name, arguments, "completed")))
     status = status_of(finish)
     details = incomplete_details(status, finish)
-    body = fill(RESPONSE, (orjson.dumps(response_id), decimal(created), status.encode(), orjson.dumps(model),
-                           b",".join(output), b"null", b"null" if details is None else orjson.dumps(details),
-                           fields_json(request), responses_usage(completion.get("usage"))))
+    body = response_json(orjson.dumps(response_id), b"%d" % created, status.encode(), orjson.dumps(model),
+                         b",".join(output), b"null", b"null" if details is None else orjson.dumps(details),
+                         fields_json(request), responses_usage(completion.get("usage")))
     return body, assistant_message(text, calls)
 
 

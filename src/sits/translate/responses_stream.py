@@ -15,57 +15,45 @@ import orjson
 
 from sits.errors import UpstreamProtocolError
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
-from sits.translate.sse import decimal, fill, slots
 from sits.translate.responses import (
-    RESPONSE,
-    TEXT_MESSAGE,
-    TEXT_PART,
     assistant_message,
     call_item,
     fields_json,
     incomplete_details,
     message_id,
+    response_json,
     status_of,
+    text_message,
+    text_part,
 )
+from sits.translate.sse import decimal
 from sits.translate.usage import responses_usage
 
 
-def _event(name: bytes, fields: bytes) -> bytes:
-    """The template of one Responses event: its name in the `event:` line and as `type`, then `fields`."""
-    return b'event: ' + name + b'\ndata: {"type":"' + name + b'",' + fields + b'}\n\n'
-
-
-_OPENED: Final = slots(_event(b"response.created", b'"sequence_number":0,"response":%b')
-                       + _event(b"response.in_progress", b'"sequence_number":1,"response":%b'))
-_ITEM_ADDED_EVENT: Final = _event(b"response.output_item.added", b'"sequence_number":%b,"output_index":%b,"item":%b')
-_ITEM_ADDED: Final = slots(_ITEM_ADDED_EVENT)
-# A message item added and its text part added, one template (`_open_message`)
-_MESSAGE_OPENED: Final = slots(
-    _ITEM_ADDED_EVENT + _event(b"response.content_part.added", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-                               b'"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}'))
 # one per streamed piece: the event's bytes before its sequence number, between it and the piece (the item id
-# and output index, filled in once per message) and after the piece
-_TEXT_DELTA_HEAD: Final = _event(b"response.output_text.delta", b'"sequence_number":').removesuffix(b"}\n\n")
-_TEXT_DELTA_MIDDLE: Final = slots(b',"item_id":"%b","output_index":%b,"content_index":0,"delta":"')
+# and output index, `_open_message`) and after the piece; one event's tail and the next one's head are one
+# constant where several pieces come in one read
+_TEXT_DELTA_HEAD: Final = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
 _TEXT_DELTA_TAIL: Final = b'","logprobs":[]}\n\n'
 _TEXT_DELTA_TAIL_HEAD: Final = _TEXT_DELTA_TAIL + _TEXT_DELTA_HEAD
-# The three events that close a message (text done, part done, item done) as one template: what
-# `_close_message` writes per stream in one join.
-_ITEM_DONE_EVENT: Final = _event(b"response.output_item.done", b'"sequence_number":%b,"output_index":%b,"item":%b')
-_ITEM_DONE: Final = slots(_ITEM_DONE_EVENT)
-_MESSAGE_CLOSED: Final = slots(
-    _event(b"response.output_text.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-           b'"content_index":0,"text":%b,"logprobs":[]')
-    + _event(b"response.content_part.done", b'"sequence_number":%b,"item_id":"%b","output_index":%b,'
-             b'"content_index":0,"part":' + TEXT_PART)
-    + _ITEM_DONE_EVENT)
-_ARGUMENTS_DELTA: Final = slots(_event(b"response.function_call_arguments.delta",
-                                       b'"sequence_number":%b,"item_id":"%b","output_index":%b,"delta":%b'))
-_CLOSED: Final = slots(b'event: %b\ndata: {"type":"%b","sequence_number":%b,"response":%b}\n\n')
-_MESSAGE_OPEN: Final = slots(b'{"type":"message","id":"%b","status":"in_progress","role":"assistant","content":[]}')
-_FUNCTION_ARGUMENTS_DONE: Final = slots(_event(b"response.function_call_arguments.done",
-                                               b'"sequence_number":%b,"item_id":"%b","output_index":%b,"name":%b,'
-                                               b'"arguments":%b'))
+
+# Each event is a bytes literal formatted where it is written (with `%b` for bytes, `%d` for ints):
+# compiled, that is one allocation, no template parsed at run time (docs/hot-path.md).
+
+
+def _closed(name: bytes, sequence: int, response: bytes) -> bytes:
+    """The closing event (`response.completed`, `.incomplete` or `.failed`) with the final response."""
+    return b'event: %b\ndata: {"type":"%b","sequence_number":%d,"response":%b}\n\n' % (name, name, sequence, response)
+
+
+def _item_added(sequence: int, index: int, item: bytes) -> bytes:
+    return (b'event: response.output_item.added\ndata: {"type":"response.output_item.added","sequence_number":%d,'
+            b'"output_index":%d,"item":%b}\n\n' % (sequence, index, item))
+
+
+def _item_done(sequence: int, index: int, item: bytes) -> bytes:
+    return (b'event: response.output_item.done\ndata: {"type":"response.output_item.done","sequence_number":%d,'
+            b'"output_index":%d,"item":%b}\n\n' % (sequence, index, item))
 
 
 class ResponsesStream:
@@ -80,7 +68,7 @@ class ResponsesStream:
         self._id = response_id
         self._id_json = orjson.dumps(response_id)  # in every snapshot of the response
         self._message_id = message_id(response_id)
-        self._created_json = decimal(created)
+        self._created_json = b"%d" % created
         self._request = request
         self._model = request["model"]
         self._model_json = orjson.dumps(self._model)  # in every snapshot too
@@ -102,8 +90,8 @@ class ResponsesStream:
 
     def _response(self, status: bytes, usage: bytes = b"null", incomplete: bytes = b"null",
                   error: bytes = b"null") -> bytes:
-        return fill(RESPONSE, (self._id_json, self._created_json, status, self._model_json, b",".join(self._output),
-                               error, incomplete, self._fields, usage))
+        return response_json(self._id_json, self._created_json, status, self._model_json, b",".join(self._output),
+                             error, incomplete, self._fields, usage)
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -126,7 +114,9 @@ class ResponsesStream:
         self._started = True
         self._sequence = 2
         snapshot = self._response(b"in_progress")
-        return [fill(_OPENED, (snapshot, snapshot))]
+        return [b'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":%b}\n\n'
+                b'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":1,"response":%b}'
+                b'\n\n' % (snapshot, snapshot)]
 
     def feed(self, chunk: bytes) -> list[bytes]:
         text = self._text
@@ -136,7 +126,7 @@ class ResponsesStream:
                 text.append(piece)
                 sequence = self._sequence
                 self._sequence = sequence + 1
-                return [b"".join((_TEXT_DELTA_HEAD, decimal(sequence), self._text_delta, piece, _TEXT_DELTA_TAIL))]
+                return [b"%b%d%b%b%b" % (_TEXT_DELTA_HEAD, sequence, self._text_delta, piece, _TEXT_DELTA_TAIL)]
         out = [] if self._started else self.start()
         for item in self._reader.feed(chunk):
             if self.ended:
@@ -184,14 +174,16 @@ class ResponsesStream:
                                  "in_progress")
                 call = self._calls[tool.index] = [index, item["id"].encode(), item["call_id"], item["name"], []]
                 self._output.append(orjson.dumps(item))
-                out.append(fill(_ITEM_ADDED, (decimal(self._sequence), decimal(index), self._output[index])))
+                out.append(_item_added(self._sequence, index, self._output[index]))
                 self._sequence += 1
             elif tool.name and not call[3]:
                 call[3] = tool.name
             if tool.arguments:
                 call[4].append(tool.arguments)
-                out.append(fill(_ARGUMENTS_DELTA, (decimal(self._sequence), call[1], decimal(call[0]),
-                                                    orjson.dumps(tool.arguments))))
+                out.append(b'event: response.function_call_arguments.delta\ndata: {"type":'
+                           b'"response.function_call_arguments.delta","sequence_number":%d,"item_id":"%b",'
+                           b'"output_index":%d,"delta":%b}\n\n'
+                           % (self._sequence, call[1], call[0], orjson.dumps(tool.arguments)))
                 self._sequence += 1
         if delta.finish is not None:
             self._finish = delta.finish
@@ -203,17 +195,20 @@ class ResponsesStream:
         text: list[bytes] = []
         self._text = text
         index = self._message_index = len(self._output)
-        self._text_delta = fill(_TEXT_DELTA_MIDDLE, (self._message_id, decimal(index)))
-        item = fill(_MESSAGE_OPEN, (self._message_id,))
+        message_id = self._message_id
+        self._text_delta = b',"item_id":"%b","output_index":%d,"content_index":0,"delta":"' % (message_id, index)
+        item = b'{"type":"message","id":"%b","status":"in_progress","role":"assistant","content":[]}' % (message_id,)
         self._output.append(item)
         sequence = self._sequence
         self._sequence += 2
-        position = decimal(index)
-        out.append(fill(_MESSAGE_OPENED, (decimal(sequence), position, item, decimal(sequence + 1), self._message_id,
-                                          position)))
+        out.append(b'%b' b'event: response.content_part.added\ndata: {"type":"response.content_part.added",'
+                   b'"sequence_number":%d,"item_id":"%b","output_index":%d,"content_index":0,'
+                   b'"part":{"type":"output_text","text":"","annotations":[]}}\n\n'
+                   % (_item_added(sequence, index, item), sequence + 1, message_id, index))
         return text
 
     def _close_message(self, out: list[bytes]) -> None:
+        """Closes the open message: its text done, its part done and the item done, one write."""
         if self._text is None or self._message_done:
             return
         self._message_done = True
@@ -221,11 +216,14 @@ class ResponsesStream:
         index, sequence = self._message_index, self._sequence
         self._sequence += 3
         message_id = self._message_id
-        item = self._output[index] = fill(TEXT_MESSAGE, (message_id, literal))
-        position = decimal(index)
-        out.append(fill(_MESSAGE_CLOSED, (decimal(sequence), message_id, position, literal,
-                                          decimal(sequence + 1), message_id, position, literal,
-                                          decimal(sequence + 2), position, item)))
+        part = text_part(literal)
+        item = self._output[index] = text_message(message_id, part)
+        out.append(b'event: response.output_text.done\ndata: {"type":"response.output_text.done","sequence_number":%d,'
+                   b'"item_id":"%b","output_index":%d,"content_index":0,"text":%b,"logprobs":[]}\n\n'
+                   b'event: response.content_part.done\ndata: {"type":"response.content_part.done","sequence_number":%d,'
+                   b'"item_id":"%b","output_index":%d,"content_index":0,"part":%b}\n\n%b'
+                   % (sequence, message_id, index, literal, sequence + 1, message_id, index, part,
+                      _item_done(sequence + 2, index, item)))
 
     def _close_calls(self, out: list[bytes]) -> None:
         for n, (index, item_id, call_id, name, pieces) in enumerate(self._calls.values()):
@@ -233,9 +231,11 @@ class ResponsesStream:
             item = self._output[index] = orjson.dumps(call_item(self._id, n, call_id, name, arguments, "completed"))
             sequence = self._sequence
             self._sequence += 2
-            out.append(fill(_FUNCTION_ARGUMENTS_DONE, (decimal(sequence), item_id, decimal(index), orjson.dumps(name),
-                                                        orjson.dumps(arguments)))
-                       + fill(_ITEM_DONE, (decimal(sequence + 1), decimal(index), item)))
+            out.append(b'event: response.function_call_arguments.done\ndata: {"type":'
+                       b'"response.function_call_arguments.done","sequence_number":%d,"item_id":"%b",'
+                       b'"output_index":%d,"name":%b,"arguments":%b}\n\n%b'
+                       % (sequence, item_id, index, orjson.dumps(name), orjson.dumps(arguments),
+                          _item_done(sequence + 1, index, item)))
 
     def finish(self) -> list[bytes]:
         """The chat stream ended with [DONE]: close the open items, then response.completed (or .incomplete)."""
@@ -251,7 +251,7 @@ class ResponsesStream:
         self._final = self._response(status.encode(), responses_usage(self._usage),
                                      b"null" if details is None else orjson.dumps(details))
         name = b"response.completed" if status == "completed" else b"response.incomplete"
-        out.append(fill(_CLOSED, (name, name, decimal(self._sequence), self._final)))
+        out.append(_closed(name, self._sequence, self._final))
         self._sequence += 1
         self.ended = True
         return out
@@ -264,7 +264,6 @@ class ResponsesStream:
         self.ended = True
         self.error = message
         error = orjson.dumps({"code": code, "message": message})
-        out.append(fill(_CLOSED, (b"response.failed", b"response.failed", decimal(self._sequence),
-                                   self._response(b"failed", error=error))))
+        out.append(_closed(b"response.failed", self._sequence, self._response(b"failed", error=error)))
         self._sequence += 1
         return out
