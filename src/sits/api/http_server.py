@@ -32,7 +32,16 @@ _STATUS_LINES: Final = {
     s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus
 }
 _MAX_PIPELINED: Final = 16
-_DONE_EVENT = b"data: [DONE]\n\n"
+_DONE_EVENT: Final = b"data: [DONE]\n\n"
+# An HTTP/1.1 chunk's size line for the sizes events mostly have: a lookup, then one formatted literal
+# (`_chunk`), where `b"%x..." % ...` is parsed at every event (about 1k instructions in callgrind).
+_CHUNK_SIZES: Final = tuple(b"%x" % n for n in range(8192))
+
+
+def _chunk(data: bytes) -> bytes:
+    """`data` framed as one HTTP/1.1 chunk."""
+    size = len(data)
+    return b"%b\r\n%b\r\n" % (_CHUNK_SIZES[size] if size < 8192 else b"%x" % size, data)
 # Header names as sent -> lower-case str: clients send the same few names on every request, and a
 # lookup costs less than decoding and lower-casing each one. Bounded: odd names are decoded each time.
 _HEADER_NAMES: Final[dict[bytes, str]] = {}
@@ -303,7 +312,7 @@ class HttpServerProtocol(asyncio.Protocol):
                     continue
                 if self._closed:
                     return
-                framed = b"%x\r\n%b\r\n" % (len(chunk), chunk)
+                framed = _chunk(chunk)
                 if chunk.endswith(b"data: [DONE]\n\n"):
                     framed += b"0\r\n\r\n"  # the stream's last event: close the body in the same write
                     terminated = True
@@ -375,7 +384,7 @@ class _ChunkedSink:
             return True
         if not chunk or self.terminated:
             return conn._write_paused
-        framed = b"%x\r\n%b\r\n" % (len(chunk), chunk)
+        framed = _chunk(chunk)
         if chunk[-14:] == _DONE_EVENT:  # a slice compare: bytes.endswith parses its arguments every call
             framed += b"0\r\n\r\n"  # the stream's last event: close the body in the same write
             self.terminated = True
