@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sits.errors import UpstreamProtocolError
-from sits.pipeline.sse_guard import SseGuard, _whole_events
+from sits.pipeline.sse_guard import SseGuard
 
 GOOD = b'data: {"a": 1}\n\n: keep-alive\n\nevent: message\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
 
@@ -100,22 +100,3 @@ def test_a_read_of_whole_events_is_refused_exactly_when_a_line_is_malformed(even
     else:
         with pytest.raises(UpstreamProtocolError, match="malformed SSE line"):
             guard.check(chunk)
-
-
-def _whole_by_splitting(data: bytes) -> bool:
-    """What `_whole_events` answers, said by splitting: whole events, each one `data:` line of a JSON
-    object or `[DONE]`, and nothing else."""
-    events = data.split(b"\n\n")
-    return len(events) > 1 and events[-1] == b"" and all(
-        (e.startswith(b"data: {") or e.startswith(b"data: [DONE]")) and b"\n" not in e for e in events[:-1])
-
-
-_PIECES = [b"data: {", b"data: [DONE]", b"data: ", b"{}", b"x", b"\n", b"\n\n", b"\r", b"data: {\"a\":1}\n\n",
-           b"\n\ndata: {", b"\n\ndata: [DONE]", b": ping", b"event: e"]
-
-
-@settings(max_examples=1000, deadline=None)
-@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=14))
-def test_counting_whole_events_answers_what_splitting_them_answers(pieces):
-    data = b"".join(pieces)
-    assert _whole_events(data) == _whole_by_splitting(data)
