@@ -72,21 +72,6 @@ def data_event(payload: dict[str, Any]) -> bytes:
 DONE_EVENT = b"data: [DONE]\n\n"
 
 
-def slots(template: bytes) -> tuple[bytes, ...]:
-    """An event template's bytes around its `%b` slots, for `fill`: one join per event, where a `%`
-    format parses the whole template again each time (a few thousand instructions an event)."""
-    return tuple(template.split(b"%b"))
-
-
-def fill(template: tuple[bytes, ...], values: tuple[bytes, ...]) -> bytes:
-    """`template` (from `slots`) with `values` in its slots, in order."""
-    parts = [template[0]]
-    for i in range(len(values)):
-        parts.append(values[i])
-        parts.append(template[i + 1])
-    return b"".join(parts)
-
-
 # The decimals a stream's sequence numbers and indices mostly are, written once: a lookup instead of a
 # str() and an encode() per event.
 _DECIMALS: Final = tuple(b"%d" % n for n in range(4096))
