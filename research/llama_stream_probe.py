@@ -3,7 +3,8 @@
 Starts the embedded tiny model under PyPI's llama-server (as the test suite does), asks for a short
 stream with its usage event, feeds it to `ChatStreamReader` one event a read and reports which shapes
 the reader knew: the text events' (foreseen from the role event), the finish event's and the usage
-event's, and how many of the stream's closing events it read by their bytes. A probe of the product's
+event's, and how many of the stream's closing events it read by their bytes; then whether a second
+stream's role event is read by the opening the first one left (`_Opening`). A probe of the product's
 decisions against a real server, not a test: run it after a llama.cpp upgrade.
 
     python -m research.llama_stream_probe
@@ -18,6 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from sits.backends.local.model_files import resolve_gguf
+from sits.translate import chat_stream
 from sits.translate.chat_stream import ChatStreamReader
 from tests.llama_server import SMOLLM2, LlamaServer
 
@@ -29,11 +31,15 @@ async def probe() -> None:
     try:
         body = {"model": "m", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "stream": True,
                 "stream_options": {"include_usage": True}}
-        async with aiohttp.ClientSession() as session, session.post(server.url + "/chat/completions", json=body) as r:
-            events = [e for e in (await r.read()).split(b"\n\n") if e]
+        streams = []
+        for _ in range(2):  # a connection each: the server may close one after a stream
+            async with aiohttp.ClientSession() as session, \
+                    session.post(server.url + "/chat/completions", json=body) as r:
+                streams.append([e for e in (await r.read()).split(b"\n\n") if e])
     finally:
         await server.stop()
-    reader = ChatStreamReader()
+    events, later = streams
+    reader = ChatStreamReader("llama-probe")
     foreseen = False
     for n, event in enumerate(events):
         reader.feed(event + b"\n\n")
@@ -44,6 +50,13 @@ async def probe() -> None:
     print(f"closing events read by their bytes: {len(by_bytes)}")
     for event in by_bytes:
         print("  ", event[:120])
+    # the next stream of the same server: its role event read by the opening the first one left
+    opening = chat_stream._OPENINGS.get("llama-probe")  # noqa: SLF001 - the probe's question
+    second = ChatStreamReader("llama-probe")
+    opened = opening is not None and second._opened(later[0], opening, [])  # noqa: SLF001
+    foreseen = opened and second.lone_text(later[1] + b"\n\n") is not None
+    print(f"second stream (its own id and created): role event read by the learnt opening: {opened}; "
+          f"its text shape foreseen: {foreseen}")
 
 
 if __name__ == "__main__":
