@@ -92,7 +92,7 @@ _BACKSLASH: Final = 92
 # value unchanged exactly when every byte is one of the allowed ones.
 _ID_BYTES: Final = bytes(range(0x21, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
 _DIGITS: Final = b"0123456789"
-_MAX_DIGITS = 18
+_MAX_DIGITS: Final = 18
 
 
 def _only_table(allowed: bytes) -> bytes:
@@ -105,7 +105,7 @@ _DIGITS_TABLE: Final = _only_table(_DIGITS)
 _REASON_TABLE: Final = _only_table(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _ID_KEY: Final = b'"id":"'
 _CREATED_KEY: Final = b'"created":'
-_MAX_OPENINGS = 1024  # sources remembered; past that the memo starts again
+_MAX_OPENINGS: Final = 1024  # sources remembered; past that the memo starts again
 
 
 def text_piece(text: str) -> bytes:
@@ -225,7 +225,7 @@ class _Opening(NamedTuple):
 
 
 # source -> its opening: wire-format knowledge, like a compiled pattern's cache (bounded)
-_OPENINGS: dict[str, _Opening] = {}
+_OPENINGS: Final[dict[str, _Opening]] = {}
 
 
 def _plain_id(value: bytes) -> bool:
