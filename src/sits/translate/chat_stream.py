@@ -226,6 +226,12 @@ class _Opening(NamedTuple):
 
 # source -> its opening: wire-format knowledge, like a compiled pattern's cache (bounded)
 _OPENINGS: Final[dict[str, _Opening]] = {}
+# source -> role events in a row that foretold the shape but missed its opening. A changed layout is
+# learnt at its first miss; a source whose role events differ in more than the two values (a field
+# that changes per stream) is learnt again only every `_RELEARN_EVERY` misses, so it does not pay the
+# learning (about twice the role event's parse) on every stream.
+_MISSES: Final[dict[str, int]] = {}
+_RELEARN_EVERY: Final = 64
 
 
 def _plain_id(value: bytes) -> bool:
@@ -445,6 +451,11 @@ class ChatStreamReader:
         """Keep this role event (which foretold the shape) as the source's opening, when its id and
         `created` are written once each, plainly: the id printable ASCII without quote or backslash,
         `created` an integer."""
+        source = self._source
+        if source in _OPENINGS:  # it missed the opening this source has
+            misses = _MISSES[source] = _MISSES.get(source, 0) + 1
+            if misses != 1 and misses % _RELEARN_EVERY != 0:
+                return
         stream_id, created = parsed.get("id"), parsed.get("created")
         if type(stream_id) is not str or type(created) is not int or created < 0:
             return
@@ -469,8 +480,9 @@ class ChatStreamReader:
         head, tail, empty_before, empty_after, content_before, content_after, usage_head = templates
         if len(_OPENINGS) >= _MAX_OPENINGS:
             _OPENINGS.clear()
+            _MISSES.clear()
         pieces = split[0]
-        _OPENINGS[self._source] = _Opening(pieces[0], pieces[1], pieces[2], id_first, len(created_bytes), delta,
+        _OPENINGS[source] = _Opening(pieces[0], pieces[1], pieces[2], id_first, len(created_bytes), delta,
                                            head, tail,
                                            (empty_before, empty_after), (content_before, content_after), usage_head,
                                            self._model, self._stop, self._usage_model)
@@ -499,6 +511,8 @@ class ChatStreamReader:
         self._usage_head = _with(opening.usage_head, one, two)
         self._model, self._stop, self._usage_model = opening.model, opening.stop, opening.usage_model
         out.append(opening.delta)
+        if _MISSES:  # a hit ends a run of misses
+            _MISSES.pop(self._source, None)
         return True
 
     def _set_shape(self, head: bytes, tail: bytes, parsed: dict[str, Any]) -> None:

@@ -341,3 +341,24 @@ def test_a_later_streams_role_event_is_not_parsed_and_its_shape_carries_its_own_
     assert second.lone_text(_own_values(_stream_event("vllm", "text", "Hi"), "chatcmpl-aaa", 1733000000)) is None
     finish = _own_values(_stream_event("vllm", "finish", ""), "chatcmpl-bbbbbb", 1733000042)
     assert second.feed(finish) == ChatStreamReader().feed(finish)
+
+
+def test_a_source_whose_role_events_differ_in_another_field_is_learnt_again_only_now_and_then():
+    # A field that changes per stream (here a fingerprint) makes each role event miss the opening: the
+    # first miss learns the new one (a changed layout), later misses in a row learn again only every
+    # `_RELEARN_EVERY`th time; every stream still says what parsing it says.
+    source = "varying-source"
+    chat_stream._OPENINGS.pop(source, None)  # noqa: SLF001
+    chat_stream._MISSES.pop(source, None)  # noqa: SLF001
+    role = _stream_event("vllm", "role", "")
+    learnt = []
+    for n in range(2 * chat_stream._RELEARN_EVERY + 1):  # noqa: SLF001
+        event = role.replace(b'"model":"m"', b'"model":"m","system_fingerprint":"fp%d"' % n)
+        assert ChatStreamReader(source).feed(event) == _parsed_alone(event)
+        learnt.append(chat_stream._OPENINGS[source])  # noqa: SLF001
+    relearnt = [n for n in range(1, len(learnt)) if learnt[n] is not learnt[n - 1]]
+    assert relearnt == [1, chat_stream._RELEARN_EVERY, 2 * chat_stream._RELEARN_EVERY]  # noqa: SLF001
+    # a hit ends the run: the next miss learns at once again
+    hit = role.replace(b'"model":"m"', b'"model":"m","system_fingerprint":"fp%d"' % (len(learnt) - 1))
+    ChatStreamReader(source).feed(hit.replace(b'"chatcmpl-1"', b'"chatcmpl-2"'))
+    assert source not in chat_stream._MISSES  # noqa: SLF001
