@@ -4,7 +4,7 @@ Starts the embedded tiny model under PyPI's llama-server (as the test suite does
 stream with its usage event, feeds it to `ChatStreamReader` one event a read and reports which shapes
 the reader knew: the text events' (foreseen from the role event), the finish event's and the usage
 event's, and how many of the stream's closing events it read by their bytes; then whether a second
-stream's role event is read by the opening the first one left (`_Opening`). A probe of the product's
+stream's role event is read by the opening the first one left (`translate/stream_opening.py`). A probe of the product's
 decisions against a real server, not a test: run it after a llama.cpp upgrade.
 
     python -m research.llama_stream_probe
@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from sits.backends.local.model_files import resolve_gguf
-from sits.translate import chat_stream
+from sits.translate import stream_opening
 from sits.translate.chat_stream import ChatStreamReader
 from tests.llama_server import SMOLLM2, LlamaServer
 
@@ -51,7 +51,7 @@ async def probe() -> None:
     for event in by_bytes:
         print("  ", event[:120])
     # the next stream of the same server: its role event read by the opening the first one left
-    opening = chat_stream._OPENINGS.get("llama-probe")  # noqa: SLF001 - the probe's question
+    opening = stream_opening.OPENINGS.get("llama-probe")
     second = ChatStreamReader("llama-probe")
     opened = opening is not None and second._opened(later[0], opening, [])  # noqa: SLF001
     foreseen = opened and second.lone_text(later[1] + b"\n\n") is not None

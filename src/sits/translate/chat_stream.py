@@ -25,11 +25,8 @@ events a stream ends with, read without parsing when they are those bytes exactl
 underscores) and the usage event (the bytes up to `"choices":[`, then `],"usage":` and one JSON object).
 Each is what parsing it says: every other byte is one of an event that was parsed.
 
-A source's role event is alike from stream to stream but for two values, the stream's id and its
-`created` time: once one was parsed and foretold the shape, the bytes around those two values are kept
-(`_Opening`, per source). A later stream's role event of the same bytes around another id (printable
-ASCII without quotes or backslashes) and another number is the same JSON object but for those two
-values: it says what the first one said, and its shape is the first one's with the new values in.
+A source's role event is alike from stream to stream but for the stream's id and `created` time: after
+a source's first stream it is read by its bytes too (`translate/stream_opening.py`).
 """
 
 from __future__ import annotations
@@ -39,7 +36,9 @@ from typing import Any, Final, NamedTuple
 import orjson
 
 from sits.errors import UpstreamProtocolError
+from sits.translate import stream_opening
 from sits.translate.sse import DONE, MAX_LINE
+from sits.translate.stream_opening import Opening, only_table
 from sits.tuples import new_tuple
 
 
@@ -87,25 +86,7 @@ _QUOTE: Final = 34
 _NEWLINE: Final = 10
 _CR: Final = 13
 _BACKSLASH: Final = 92
-# An opening's two values (`_Opening`): an id of printable ASCII but quote and backslash, and a JSON
-# integer within 64 bits. Checked with `translate` (one pass in C, no call by name), which leaves a
-# value unchanged exactly when every byte is one of the allowed ones.
-_ID_BYTES: Final = bytes(range(0x21, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
-_DIGITS: Final = b"0123456789"
-_MAX_DIGITS: Final = 18
-
-
-def _only_table(allowed: bytes) -> bytes:
-    """A `translate` table that keeps the `allowed` bytes and changes every other one."""
-    return bytes(n if n in allowed else (n + 1) % 256 for n in range(256))
-
-
-_ID_TABLE: Final = _only_table(_ID_BYTES)
-_DIGITS_TABLE: Final = _only_table(_DIGITS)
-_REASON_TABLE: Final = _only_table(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_ID_KEY: Final = b'"id":"'
-_CREATED_KEY: Final = b'"created":'
-_MAX_OPENINGS: Final = 1024  # sources remembered; past that the memo starts again
+_REASON_TABLE: Final = only_table(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 
 
 def text_piece(text: str) -> bytes:
@@ -196,89 +177,6 @@ def _add_piece(out: list[Item], piece: bytes) -> None:
         out[-1].append(piece)  # type: ignore[union-attr]
     else:
         out.append([piece])
-
-
-# A learnt template of the shape: its bytes around the opening's values (`_template`); which values it
-# holds: 0 none, 1 the first, 2 the second, 3 both (in the role event's order)
-_Template = tuple[tuple[bytes, ...], int]
-
-
-class _Opening(NamedTuple):
-    """A source's role event learnt from a stream: its bytes around the stream's two own values (the id's
-    text and the `created` number, in the order written), what reading it said, and the shape it
-    foretold, each template split at the same two values."""
-
-    first: bytes  # the event's bytes up to the first value
-    middle: bytes  # between the two values
-    last: bytes  # after the second value
-    id_first: bool  # the id is the first value, `created` the second
-    created_length: int  # how many digits `created` had (the same from stream to stream, mostly)
-    delta: ChatDelta  # what the role event says
-    head: _Template
-    tail: _Template
-    finish_empty: tuple[_Template, _Template]
-    finish_content: tuple[_Template, _Template]
-    usage_head: _Template
-    model: str | None
-    stop: str | None
-    usage_model: str | None
-
-
-# source -> its opening: wire-format knowledge, like a compiled pattern's cache (bounded)
-_OPENINGS: Final[dict[str, _Opening]] = {}
-# source -> role events in a row that foretold the shape but missed its opening. A changed layout is
-# learnt at its first miss; a source whose role events differ in more than the two values (a field
-# that changes per stream) is learnt again only every `_RELEARN_EVERY` misses, so it does not pay the
-# learning (about twice the role event's parse) on every stream.
-_MISSES: Final[dict[str, int]] = {}
-_RELEARN_EVERY: Final = 64
-
-
-def _plain_id(value: bytes) -> bool:
-    return len(value) > 0 and value.translate(_ID_TABLE) == value
-
-
-def _integer(value: bytes) -> bool:
-    return 0 < len(value) <= _MAX_DIGITS and value.translate(_DIGITS_TABLE) == value \
-        and (value[0] != 48 or len(value) == 1)  # no leading zero
-
-
-def _with(template: _Template, first: bytes, second: bytes) -> bytes:
-    """A learnt template with a stream's own two values in."""
-    pieces, holds = template
-    if holds == 3:
-        return b"".join((pieces[0], first, pieces[1], second, pieces[2]))
-    if holds == 1:
-        return b"".join((pieces[0], first, pieces[1]))
-    if holds == 2:
-        return b"".join((pieces[0], second, pieces[1]))
-    return pieces[0]
-
-
-def _template(learnt: bytes, first: tuple[bytes, bytes, bytes], second: tuple[bytes, bytes, bytes]
-              ) -> _Template | None:
-    """`learnt` split at the two values, each given as (its bytes with its key and closing quote, the
-    bytes before the value, the bytes after it); None when a value is in it more than once."""
-    around_first = learnt.split(first[0])
-    if len(around_first) > 2:
-        return None
-    pieces: list[bytes] = []
-    holds = 0
-    rest = learnt
-    if len(around_first) == 2:
-        pieces.append(around_first[0] + first[1])
-        rest = first[2] + around_first[1]
-        holds = 1
-    around_second = rest.split(second[0])
-    if len(around_second) > 2:
-        return None
-    if len(around_second) == 2:
-        pieces.append(around_second[0] + second[1])
-        pieces.append(second[2] + around_second[1])
-        holds |= 2
-    else:
-        pieces.append(rest)
-    return tuple(pieces), holds
 
 
 class ChatStreamReader:
@@ -373,7 +271,7 @@ class ChatStreamReader:
         """An event not in a run: its `data:` lines, parsed (a role event of the source's learnt opening
         is read by its bytes)."""
         if self._head is _NEVER:
-            opening = _OPENINGS.get(self._source)
+            opening = stream_opening.OPENINGS.get(self._source)
             if opening is not None and self._opened(event, opening, out):
                 return
         if event.startswith(b"data:") and _NEWLINE not in event:
@@ -406,7 +304,9 @@ class ChatStreamReader:
             out.append(delta)
             if self._head is _NEVER and delta.finish is None and delta.usage is None \
                     and self._foresee(event, event_object):
-                self._remember_opening(event, event_object, delta)
+                stream_opening.learn(self._source, event, event_object, delta, (
+                    self._head, self._tail, *self._finish_empty, *self._finish_content, self._usage_head),
+                    self._model, self._stop, self._usage_model)
         elif text:
             piece = text_piece(text)
             self._learn(event, piece, event_object)
@@ -447,72 +347,22 @@ class ChatStreamReader:
         self._set_shape(parts[0] + _TEXT_KEY, b'"}' + parts[1] + b"\n\n", parsed)
         return True
 
-    def _remember_opening(self, event: bytes, parsed: dict[str, Any], delta: ChatDelta) -> None:
-        """Keep this role event (which foretold the shape) as the source's opening, when its id and
-        `created` are written once each, plainly: the id printable ASCII without quote or backslash,
-        `created` an integer."""
-        source = self._source
-        if source in _OPENINGS:  # it missed the opening this source has
-            misses = _MISSES[source] = _MISSES.get(source, 0) + 1
-            if misses != 1 and misses % _RELEARN_EVERY != 0:
-                return
-        stream_id, created = parsed.get("id"), parsed.get("created")
-        if type(stream_id) is not str or type(created) is not int or created < 0:
-            return
-        id_bytes, created_bytes = stream_id.encode(), str(created).encode()
-        if not _plain_id(id_bytes) or not _integer(created_bytes) or event.count(_ID_KEY) != 1 \
-                or event.count(_CREATED_KEY) != 1:
-            return
-        id_value = (_ID_KEY + id_bytes + b'"', _ID_KEY, b'"')
-        created_value = (_CREATED_KEY + created_bytes, _CREATED_KEY, b"")
-        at_id, at_created = event.find(id_value[0]), event.find(created_value[0])
-        if at_id < 0 or at_created < 0:
-            return
-        id_first = at_id < at_created
-        if not id_first:
-            id_value, created_value = created_value, id_value
-        split = _template(event, id_value, created_value)
-        learnt = [_template(t, id_value, created_value) for t in (
-            self._head, self._tail, *self._finish_empty, *self._finish_content, self._usage_head)]
-        templates = [t for t in learnt if t is not None]
-        if split is None or split[1] != 3 or len(templates) != len(learnt):
-            return
-        head, tail, empty_before, empty_after, content_before, content_after, usage_head = templates
-        if len(_OPENINGS) >= _MAX_OPENINGS:
-            _OPENINGS.clear()
-            _MISSES.clear()
-        pieces = split[0]
-        _OPENINGS[source] = _Opening(pieces[0], pieces[1], pieces[2], id_first, len(created_bytes), delta,
-                                           head, tail,
-                                           (empty_before, empty_after), (content_before, content_after), usage_head,
-                                           self._model, self._stop, self._usage_model)
-
-    def _opened(self, event: bytes, opening: _Opening, out: list[Item]) -> bool:
-        """A role event of the source's learnt opening, read by its bytes: its delta into `out` and the
-        shape set, with this stream's two values in. Whether it was one."""
-        first, middle, last = opening.first, opening.middle, opening.last
-        if not event.startswith(first) or not event.endswith(last):
+    def _opened(self, event: bytes, opening: Opening, out: list[Item]) -> bool:
+        """A role event of the source's learnt opening (`translate/stream_opening.py`), read by its bytes:
+        its delta into `out` and the shape set, with this stream's two values in. Whether it was one."""
+        found = stream_opening.values(event, opening)
+        if found is None:
             return False
-        start, end = len(first), len(event) - len(last)
-        id_first = opening.id_first
-        # where the middle is when `created` has as many digits as before; else searched for
-        split = end - len(middle) - opening.created_length if id_first else start + opening.created_length
-        if split < start or event[split:split + len(middle)] != middle:
-            split = event.find(middle, start)
-            if split < 0:
-                return False
-        one, two = event[start:split], event[split + len(middle):end]
-        if not (_plain_id(one) and _integer(two) if id_first else _integer(one) and _plain_id(two)):
-            return False
-        self._head, self._tail = _with(opening.head, one, two), _with(opening.tail, one, two)
-        empty, content = opening.finish_empty, opening.finish_content
-        self._finish_empty = (_with(empty[0], one, two), _with(empty[1], one, two))
-        self._finish_content = (_with(content[0], one, two), _with(content[1], one, two))
-        self._usage_head = _with(opening.usage_head, one, two)
+        one, two = found
+        head, tail, empty_before, empty_after, content_before, content_after, usage_head = opening.templates
+        fill_in = stream_opening.fill_in
+        self._head, self._tail = fill_in(head, one, two), fill_in(tail, one, two)
+        self._finish_empty = (fill_in(empty_before, one, two), fill_in(empty_after, one, two))
+        self._finish_content = (fill_in(content_before, one, two), fill_in(content_after, one, two))
+        self._usage_head = fill_in(usage_head, one, two)
         self._model, self._stop, self._usage_model = opening.model, opening.stop, opening.usage_model
         out.append(opening.delta)
-        if _MISSES:  # a hit ends a run of misses
-            _MISSES.pop(self._source, None)
+        stream_opening.hit(self._source)
         return True
 
     def _set_shape(self, head: bytes, tail: bytes, parsed: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sits.translate import chat_stream
+from sits.translate import stream_opening
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
 
 
@@ -273,6 +273,7 @@ def test_a_stream_of_a_known_shape_parses_only_its_role_event(layout, monkeypatc
             return orjson.loads(data)
 
     monkeypatch.setattr(module, "orjson", CountingJson)
+    stream_opening.OPENINGS.pop("upstream", None)  # the first stream learns the source's opening
     wires = [_stream_event(layout, "role", ""), *(_stream_event(layout, "text", t) for t in ["Hel", "lo"]),
              _stream_event(layout, "finish", ""), _stream_event(layout, "usage", ""), b"data: [DONE]\n\n"]
     reader = module.ChatStreamReader()
@@ -311,7 +312,7 @@ def test_a_later_streams_role_event_read_by_the_opening_says_what_parsing_it_say
     # alone, in the same order, whatever its id and number (one a JSON escape, non-ASCII or beyond 64 bits
     # is parsed).
     source = f"test-opening-{layout}"
-    chat_stream._OPENINGS.pop(source, None)  # noqa: SLF001 - the memo under test, empty to start
+    stream_opening.OPENINGS.pop(source, None)  # the memo under test, empty to start
     for stream_id, created, role, kinds, one_event_a_read in streams:
         wires = [_own_values(_stream_event(layout, kind, "Hi"), stream_id, created) for kind in [role, *kinds]]
         wires.append(b"data: [DONE]\n\n")
@@ -323,15 +324,15 @@ def test_a_later_streams_role_event_read_by_the_opening_says_what_parsing_it_say
 
 def _parsed_alone(wire: bytes) -> list[Any]:
     """What a reader with nothing learnt, of a source of its own, makes of one event."""
-    chat_stream._OPENINGS.pop("alone", None)  # noqa: SLF001
+    stream_opening.OPENINGS.pop("alone", None)
     return ChatStreamReader("alone").feed(wire)
 
 
 def test_a_later_streams_role_event_is_not_parsed_and_its_shape_carries_its_own_values():
-    chat_stream._OPENINGS.pop("opening-source", None)  # noqa: SLF001
+    stream_opening.OPENINGS.pop("opening-source", None)
     first = ChatStreamReader("opening-source")
     first.feed(_own_values(_stream_event("vllm", "role", ""), "chatcmpl-aaa", 1733000000))
-    assert "opening-source" in chat_stream._OPENINGS  # noqa: SLF001 - learnt
+    assert "opening-source" in stream_opening.OPENINGS  # learnt
     second = ChatStreamReader("opening-source")
     [role] = second.feed(_own_values(_stream_event("vllm", "role", ""), "chatcmpl-bbbbbb", 1733000042))
     assert isinstance(role, ChatDelta) and role.model == "m" and role.text == "" and role.finish is None
@@ -348,17 +349,17 @@ def test_a_source_whose_role_events_differ_in_another_field_is_learnt_again_only
     # first miss learns the new one (a changed layout), later misses in a row learn again only every
     # `_RELEARN_EVERY`th time; every stream still says what parsing it says.
     source = "varying-source"
-    chat_stream._OPENINGS.pop(source, None)  # noqa: SLF001
-    chat_stream._MISSES.pop(source, None)  # noqa: SLF001
+    stream_opening.OPENINGS.pop(source, None)
+    stream_opening.MISSES.pop(source, None)
     role = _stream_event("vllm", "role", "")
     learnt = []
-    for n in range(2 * chat_stream._RELEARN_EVERY + 1):  # noqa: SLF001
+    for n in range(2 * stream_opening.RELEARN_EVERY + 1):
         event = role.replace(b'"model":"m"', b'"model":"m","system_fingerprint":"fp%d"' % n)
         assert ChatStreamReader(source).feed(event) == _parsed_alone(event)
-        learnt.append(chat_stream._OPENINGS[source])  # noqa: SLF001
+        learnt.append(stream_opening.OPENINGS[source])
     relearnt = [n for n in range(1, len(learnt)) if learnt[n] is not learnt[n - 1]]
-    assert relearnt == [1, chat_stream._RELEARN_EVERY, 2 * chat_stream._RELEARN_EVERY]  # noqa: SLF001
+    assert relearnt == [1, stream_opening.RELEARN_EVERY, 2 * stream_opening.RELEARN_EVERY]
     # a hit ends the run: the next miss learns at once again
     hit = role.replace(b'"model":"m"', b'"model":"m","system_fingerprint":"fp%d"' % (len(learnt) - 1))
     ChatStreamReader(source).feed(hit.replace(b'"chatcmpl-1"', b'"chatcmpl-2"'))
-    assert source not in chat_stream._MISSES  # noqa: SLF001
+    assert source not in stream_opening.MISSES
