@@ -152,6 +152,17 @@ async def test_malformed_sse_before_first_byte_falls_back(upstream, upstream_b, 
     assert texts == [f"tok{i} " for i in range(5)]
 
 
+async def test_a_translated_stream_with_a_malformed_first_event_falls_back(upstream, upstream_b, start_gateway):
+    """The exchange checks only a translated stream's first event (its reader checks the rest): enough to
+    fall back before anything reached the client."""
+    upstream.mode, upstream.malformed_at = "malformed_sse", 0
+    gateway = await start_gateway(config([upstream.url], upstream_b.url))
+    stream = await sdk(gateway).responses.create(model="p", input="hi", stream=True)
+    deltas = [event.delta async for event in stream if event.type == "response.output_text.delta"]
+    assert deltas == [f"tok{i} " for i in range(5)]
+    assert len(upstream_b.log.requests) == 1
+
+
 async def test_one_deadline_bounds_all_attempts(upstream, upstream_b, start_gateway):
     upstream.mode = upstream_b.mode = "hang"
     gateway = await start_gateway(config([upstream.url], upstream_b.url, request_timeout_s=0.4))

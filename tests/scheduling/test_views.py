@@ -53,11 +53,11 @@ def test_the_routing_request_puts_every_part_in_its_field():
     request = HttpRequest("POST", "/v1/chat/completions", "", {"x-sits-sla-ms": "250"}, b"")
     passthrough = Passthrough(b'{"model":"m","input":"hi"}')
     routing = RequestIntake.routing("/chat/completions", CHAT_COMPLETION, body, False, request, "rid-1", "hi",
-                                    0, "scope-1", NO_TRACE, passthrough)
+                                    0, "scope-1", NO_TRACE, passthrough, True)
     assert routing._asdict() == {
         "api": "/chat/completions", "model": "m", "stream": False, "request_id": "rid-1", "prompt_text": "hi",
         "priority": 0, "tenant": None, "cache_scope": "scope-1", "trace": NO_TRACE, "needs": frozenset({"tools"}),
-        "max_tokens": 7, "sla_ms": 250.0, "passthrough": passthrough,
+        "max_tokens": 7, "sla_ms": 250.0, "passthrough": passthrough, "translated": True,
     }
 
 

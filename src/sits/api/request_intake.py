@@ -44,10 +44,11 @@ class RequestIntake:
     @staticmethod
     def routing(api: str, schema: BodySchema[Any], body: Mapping[str, Any], stream: bool, request: HttpRequest,
                 request_id: str, prompt_text: str, priority: int, scope: str,
-                trace: Trace, passthrough: Passthrough | None = None) -> RoutingRequest:
+                trace: Trace, passthrough: Passthrough | None = None, translated: bool = False) -> RoutingRequest:
         """The routing request; 422 naming `x-sits-sla-ms` when that header is malformed. `passthrough`:
-        the client's Responses body, for endpoints that declare the Responses API."""
+        the client's Responses body, for endpoints that declare the Responses API; `translated`: the
+        client speaks another surface than chat (`RoutingRequest.translated`)."""
         # Every field, in order, without the named tuple's own __new__ (sits/tuples.py): built on every request.
         return new_tuple(RoutingRequest, (api, body["model"], stream, request_id, prompt_text, priority, None, scope,
                                           trace, schema.needs(body), max_tokens_of(body), sla_ms_of(request.headers),
-                                          passthrough))
+                                          passthrough, translated))

@@ -73,7 +73,7 @@ class SurfacePath:
         if self._tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
             await self._tenants.admit(seen, request, model, body, prompt)
         routing = self._intake.routing(CHAT_API, CHAT_COMPLETION, body, stream, request, request_id, prompt, priority,
-                                       scope, seen.trace, passthrough)
+                                       scope, seen.trace, passthrough, True)
         try:
             answer = await self._director.run(routing, raw)
         except SitsError as exc:

@@ -38,3 +38,7 @@ class RoutingRequest(NamedTuple):
     max_tokens: int = 0  # 0: the client did not say
     sla_ms: float | None = None  # the request's own latency bound (x-sits-sla-ms)
     passthrough: Passthrough | None = None  # a Responses request, for endpoints that speak that API
+    # The client speaks another surface (Responses, Messages): its stream's events are read one by one, by
+    # a translating reader or the pass-through tap, that refuses malformed SSE itself, so the exchange
+    # leaves that check to it.
+    translated: bool = False

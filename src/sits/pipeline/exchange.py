@@ -20,7 +20,7 @@ from sits.telemetry.tracing import Span, end_span
 
 class Exchange:
     __slots__ = ("endpoint", "source", "model", "route", "response", "attempts", "cache_key", "on_finish", "intent",
-                 "span", "first_byte_at", "content_type", "_guard", "_stats", "_clock", "_started", "_open", "_first")
+                 "span", "first_byte_at", "content_type", "reader_checks", "_guard", "_stats", "_clock", "_started", "_open", "_first")
 
     def __init__(
         self,
@@ -42,6 +42,9 @@ class Exchange:
         self.on_finish: Callable[[], None] | None = None  # e.g. give back the admission slot
         self.intent = ""  # x-sits-intent, when the request was understood (model "auto")
         self.span: Span | None = None  # the upstream attempt's span, ended with the exchange
+        # The stream's reader refuses malformed SSE itself (RoutingRequest.translated): the guard checks
+        # only the first event, what decides a fallback, and passes the rest on.
+        self.reader_checks = False
         self.first_byte_at = clock()  # headers in; for streams, moved to the first event
         self._stats = stats
         self._clock = clock
@@ -92,7 +95,10 @@ class Exchange:
             self.close()
             raise UpstreamProtocolError(f"upstream {self.endpoint.id} streamed an error: {_error_message(first)}")
         try:
-            self._guard.check(first)
+            if self.reader_checks:
+                self._guard.check_first_event(first)
+            else:
+                self._guard.check(first)
         except UpstreamProtocolError:
             self.close()
             raise
@@ -102,7 +108,10 @@ class Exchange:
     def chunks(self, include_usage: bool = False) -> AsyncIterator[bytes]:
         """The upstream's SSE bytes as they come (`include_usage` is the forwarded body's business)."""
         first, self._first = self._first, None
-        return checked_chunks(self.response, first, self._guard or SseGuard(self.endpoint.id), self.close)
+        guard = self._guard or SseGuard(self.endpoint.id)
+        if first is not None and self.reader_checks:
+            guard.check(first)  # pulled, every chunk is checked: the prefetch checked only its first event
+        return checked_chunks(self.response, first, guard, self.close)
 
     async def push(self, deliver: Callable[[bytes], bool], include_usage: bool = False) -> None:
         """`chunks()` pushed: each chunk, SSE-checked, goes to `deliver` from the upstream connection's
@@ -111,11 +120,11 @@ class Exchange:
         ok = False
         response = self.response
         guard = self._guard or SseGuard(self.endpoint.id)
-        guard.forward_to(deliver, response.fail)
+        guard.forward_to(deliver, response.fail, self.reader_checks)
         try:
             first, self._first = self._first, None
             if first is not None:
-                deliver(first)  # checked by the prefetch
+                deliver(first)  # checked by the prefetch (its first event, where the reader checks the rest)
             await response.push(guard.relay)
             ok = True
         finally:

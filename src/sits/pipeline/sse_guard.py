@@ -8,24 +8,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sits.errors import SitsError, UpstreamProtocolError
+from sits.translate.sse import one_event, refuse_malformed
 
-_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
 _MAX_LINE = 4 * 1024 * 1024
-
+_SHORT_READ = 2048  # a read of one token's event is shorter
 
 
 class SseGuard:
-    __slots__ = ("_partial", "_source", "_deliver", "_broken")
+    __slots__ = ("_partial", "_source", "_deliver", "_broken", "_consumer_checks")
 
     def __init__(self, source: str) -> None:
         self._partial = b""
         self._source = source
         self._deliver: Callable[[bytes], bool] = _unset
         self._broken: Callable[[SitsError], None] = _unset_broken
+        self._consumer_checks = False
 
-    def forward_to(self, deliver: Callable[[bytes], bool], broken: Callable[[SitsError], None]) -> None:
-        """For `relay`: where checked chunks go, and who hears of a malformed one."""
-        self._deliver, self._broken = deliver, broken
+    def forward_to(self, deliver: Callable[[bytes], bool], broken: Callable[[SitsError], None],
+                   consumer_checks: bool = False) -> None:
+        """For `relay`: where checked chunks go, and who hears of a malformed one. `consumer_checks`: the
+        consumer splits the stream into events and refuses malformed ones itself (a translating reader,
+        `translate/chat_stream.py`), so `relay` passes chunks on unchecked rather than split them twice."""
+        self._deliver, self._broken, self._consumer_checks = deliver, broken, consumer_checks
 
     def detach(self) -> None:
         """Forget the consumer once the stream ended: it holds the exchange that holds this guard, and
@@ -36,8 +40,7 @@ class SseGuard:
         """Check `chunk` and pass it on (a pushed stream's per-event path: one call, not two); a
         malformed chunk, or one its consumer refuses (SitsError), goes to `broken` instead, and the
         producer is told to stop (True)."""
-        if self._partial or not chunk.startswith(b"data: {") or chunk.find(b"\n") != len(chunk) - 2 \
-                or chunk[-1] != 10:  # 10: "\n"
+        if not self._consumer_checks and (self._partial or not one_event(chunk)):
             try:
                 self.check(chunk)  # anything but one whole one-line JSON event
             except UpstreamProtocolError as exc:
@@ -49,11 +52,24 @@ class SseGuard:
             self._broken(exc)
             return True
 
+    def check_first_event(self, chunk: bytes) -> None:
+        """Raise UpstreamProtocolError when a stream's first chunk opens with a malformed line: its first
+        event, or its complete lines when it holds no whole event (what decides whether the stream can
+        still fall back, where its reader checks the rest). Keeps no state: `check` starts afresh."""
+        if len(chunk) <= _SHORT_READ and one_event(chunk):
+            return  # the usual first chunk
+        line_end = chunk.find(b"\n")
+        if line_end < 0:
+            return  # no complete line yet
+        if chunk.startswith(b"data: {") and (line_end == len(chunk) - 1 or chunk[line_end + 1] == 10):  # 10: "\n"
+            return  # a first event of one JSON data line (a read of many events: the rest is the reader's)
+        end = chunk.find(b"\n\n")
+        refuse_malformed(chunk[:end + 1] if end >= 0 else chunk[:chunk.rfind(b"\n") + 1], self._source)
+
     def check(self, chunk: bytes) -> None:
         """Raise UpstreamProtocolError at the first malformed line; partial lines wait for the next chunk."""
-        if not self._partial and chunk[:7] == b"data: {" and chunk.find(b"\n") == len(chunk) - 2 \
-                and chunk[-1:] == b"\n":
-            return  # the usual chunk from a model server streaming tokens: one whole JSON event, one line
+        if not self._partial and one_event(chunk):
+            return  # the usual chunk from a model server streaming tokens: one whole JSON event
         data = self._partial + chunk if self._partial else chunk
         if _whole_events(data):  # a read of several whole events (a stream written faster than read)
             self._partial = b""
@@ -63,21 +79,7 @@ class SseGuard:
         if len(self._partial) > _MAX_LINE:
             raise UpstreamProtocolError(f"upstream {self._source} sent an SSE line over {_MAX_LINE} bytes")
         if complete:
-            self._refuse(data[:complete])
-
-    def _refuse(self, lines: bytes) -> None:
-        """Complete lines, line by line: the error naming the first malformed one."""
-        for line in lines.split(b"\n"):
-            if not line or line == b"\r":
-                continue
-            if line.startswith(b"data:"):
-                payload = line[5:].lstrip()
-                if payload[:1] == b"{" or payload.startswith(b"[DONE]"):
-                    continue
-            elif line.startswith(_FIELDS):
-                continue
-            shown = line[:80].decode("utf-8", "replace")
-            raise UpstreamProtocolError(f"upstream {self._source} sent a malformed SSE line: {shown!r}")
+            refuse_malformed(data[:complete], self._source)
 
 
 def _whole_events(data: bytes) -> bool:

@@ -73,6 +73,7 @@ class UpstreamSend:
             self._admission.observe(endpoint.id, now - started, in_flight, False, now)
         exchange = Exchange(endpoint, model, "", response, stats, self._clock, started)
         exchange.span = span
+        exchange.reader_checks = request.translated  # its stream's reader checks it (a translator, or the tap)
         return exchange
 
 

@@ -14,8 +14,8 @@ the text (`data: {"id":"x",...,"choices":[{"index":0,"delta":{"content":"` *text
 first one is parsed, found to say text and nothing else, and the bytes before and after its text are
 kept. Events made of the same bytes around strings with no quote in them are the same JSON object
 with other texts (quotes are escaped inside JSON strings, so nothing else can look alike): their text
-is sliced out, the chunk split once into events and each tested with a prefix, a suffix and two
-containment tests; anything else is parsed.
+is sliced out, the chunk split once into events and each tested with a prefix, a suffix and one
+`translate` pass over its text (no quote, no line end); anything else is parsed.
 
 The shape is known before the first text event where the role event says it: `"delta":{"role":
 "assistant","content":""}` (or `null`) written once, with nothing else in the event that a text-only
@@ -27,6 +27,10 @@ Each is what parsing it says: every other byte is one of an event that was parse
 
 A source's role event is alike from stream to stream but for the stream's id and `created` time: after
 a source's first stream it is read by its bytes too (`translate/stream_opening.py`).
+
+The reader is the stream's SSE check (the exchange's guard passes a translated stream's chunks on
+unchecked: `pipeline/sse_guard.py`): an event read by its bytes is one `data:` line of a JSON object by
+construction, and every other event is checked line by line (`sse.refuse_malformed`) before it is parsed.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ import orjson
 
 from sits.errors import UpstreamProtocolError
 from sits.translate import stream_opening
-from sits.translate.sse import DONE, MAX_LINE
-from sits.translate.stream_opening import Opening, only_table
+from sits.translate.sse import DONE, MAX_LINE, refuse_malformed
+from sits.translate.stream_opening import Opening, fill_in, only_table
 from sits.tuples import new_tuple
 
 
@@ -77,6 +81,7 @@ _NO_ENDS: Final = (_NEVER, _NEVER)
 _CONTENT_KEY: Final = b'"content":"'  # how `_TEXT_KEY` ends: the head without it ends at the delta's brace
 _ROLE_DELTAS: Final = (b'"delta":{"role":"assistant","content":""}', b'"delta":{"role":"assistant","content":null}')
 _DELTA_KEY: Final = b'"delta":'
+_DONE_LINE: Final = b"data: [DONE]"  # the usual end, as every chat server writes it
 _FINISH_KEY: Final = b'"finish_reason":'
 _CHOICES_KEY: Final = b'"choices":['
 _MODEL_KEY: Final = b'"model":'
@@ -86,6 +91,7 @@ _QUOTE: Final = 34
 _NEWLINE: Final = 10
 _CR: Final = 13
 _BACKSLASH: Final = 92
+_PIECE_TABLE: Final = only_table(bytes(n for n in range(256) if n not in (_QUOTE, _NEWLINE)))  # no quote, no newline
 _REASON_TABLE: Final = only_table(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 
 
@@ -212,7 +218,7 @@ class ChatStreamReader:
     def _piece(self, event: bytes, end: int) -> bytes | None:
         """The text between the learnt head and `end` when it is one JSON string's content and nothing else."""
         piece = event[len(self._head):end]
-        if not piece or _QUOTE in piece or _NEWLINE in piece or piece[-1] == _BACKSLASH:
+        if not piece or piece.translate(_PIECE_TABLE) != piece or piece[-1] == _BACKSLASH:
             return None
         return piece
 
@@ -256,7 +262,7 @@ class ChatStreamReader:
             out.append(new_tuple(ChatDelta, ("", "", (), reason.decode(), None, self._model, self._stop)))
             return True
         head = self._usage_head
-        if event.startswith(head) and event.endswith(b"}"):
+        if event.startswith(head) and event.endswith(b"}") and _NEWLINE not in event:
             try:
                 usage = orjson.loads(event[len(head):-1])
             except orjson.JSONDecodeError:  # more than the one object: parsed whole
@@ -270,13 +276,19 @@ class ChatStreamReader:
     def _event(self, event: bytes, out: list[Item]) -> None:
         """An event not in a run: its `data:` lines, parsed (a role event of the source's learnt opening
         is read by its bytes)."""
+        if event == _DONE_LINE:
+            out.append(_DONE_END)
+            return
         if self._head is _NEVER:
             opening = stream_opening.OPENINGS.get(self._source)
             if opening is not None and self._opened(event, opening, out):
                 return
         if event.startswith(b"data:") and _NEWLINE not in event:
             payload = event[5:]
+            if payload[:1] != b"{" and payload[:2] != b" {":
+                refuse_malformed(event, self._source)  # the SSE check of the events the reader parses
         else:  # comments, `event:` lines, data over several lines (rare for chat servers)
+            refuse_malformed(event, self._source)
             lines = [line[5:] for line in event.split(b"\n") if line.startswith(b"data:")]
             if not lines:
                 return
@@ -355,7 +367,6 @@ class ChatStreamReader:
             return False
         one, two = found
         head, tail, empty_before, empty_after, content_before, content_after, usage_head = opening.templates
-        fill_in = stream_opening.fill_in
         self._head, self._tail = fill_in(head, one, two), fill_in(tail, one, two)
         self._finish_empty = (fill_in(empty_before, one, two), fill_in(empty_after, one, two))
         self._finish_content = (fill_in(content_before, one, two), fill_in(content_after, one, two))

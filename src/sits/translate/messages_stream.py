@@ -70,8 +70,10 @@ class MessagesStream:
             if type(item) is list:  # pieces of text: most of a stream
                 if self._open_kind != "text":
                     self._open_text(out)
-                head = self._text_delta
-                out.append(head + (_DELTA_END + head).join(item) + _DELTA_END)
+                head = self._text_delta  # the run's events in three parts, joined once by the relay
+                out.append(head)
+                out.append((_DELTA_END + head).join(item))
+                out.append(_DELTA_END)
             elif type(item) is StreamEnd:
                 out += self.finish() if item.error is None else self.fail(item.error, item.code or "api_error")
             else:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from sits.translate.responses import assistant_message, input_items
-from sits.translate.sse import SseSplitter
+from sits.translate.sse import SseSplitter, one_event, refuse_malformed
 
 # The events that close a stream: True when they carry the response to store.
 _CLOSING = {"response.completed": True, "response.incomplete": True, "response.failed": False, "error": False}
@@ -86,25 +86,47 @@ def said(response: dict[str, Any]) -> dict[str, Any]:
 class ResponsesTap:
     """Feed the relayed stream's chunks (they are relayed unchanged); `feed` says True once the stream
     closed. Then `response` is the closing event's response object when it completed (or ended
-    incomplete), or `error` says why it failed. `response_id` is known from the first event."""
+    incomplete), or `error` says why it failed. `response_id` is known from the first event.
 
-    __slots__ = ("_splitter", "response_id", "response", "error", "ended")
+    The tap is the stream's SSE check (the exchange's guard passes its chunks on unchecked): `feed`
+    raises UpstreamProtocolError at a malformed line, as the guard would (`sse.refuse_malformed`)."""
+
+    __slots__ = ("_splitter", "_opening", "_response_id", "response", "error", "ended")
 
     def __init__(self, source: str = "upstream") -> None:
-        self._splitter = SseSplitter(source)
-        self.response_id: str | None = None
+        self._splitter = SseSplitter(source, strict=True)
+        self._opening: bytes | None = None  # the data of the event that first said the response, parsed if asked
+        self._response_id: str | None = None
         self.response: dict[str, Any] | None = None
         self.error: str | None = None
         self.ended = False
 
+    @property
+    def response_id(self) -> str | None:
+        """The response's id, from the event that opened it: read when asked (a stream that closes well
+        never needs it, and parsing the opening costs as much as relaying several events)."""
+        if self._response_id is None and self._opening is not None:
+            opening, self._opening = self._opening, b""
+            try:
+                payload = orjson.loads(opening)
+            except orjson.JSONDecodeError:
+                return None
+            response = payload.get("response") if isinstance(payload, dict) else None
+            if isinstance(response, dict) and isinstance(response.get("id"), str):
+                self._response_id = response["id"]
+        return self._response_id
+
     def feed(self, chunk: bytes) -> bool:
         if self.ended:
             return False
-        find = chunk.find
-        if self.response_id is not None and chunk.endswith(b"\n\n") and self._splitter.between_events() \
-                and find(b"response.completed") < 0 and find(b"response.incomplete") < 0 \
-                and find(b"response.failed") < 0 and find(b"error") < 0:
-            return False  # whole events, none of them closing (_CLOSING): nothing for the tap (most of a stream)
+        if self._opening is not None and self._splitter.between_events():
+            if _quiet(chunk):
+                return False  # nothing for the tap (most of a stream)
+            find = chunk.find
+            if chunk.endswith(b"\n\n") and find(b"response.completed") < 0 and find(b"response.incomplete") < 0 \
+                    and find(b"response.failed") < 0 and find(b"error") < 0:
+                refuse_malformed(chunk, self._splitter.source)
+                return False  # whole events, none of them closing (_CLOSING): a read of several
         for event in self._splitter.feed(chunk):
             if self._event(event.name, event.data):
                 return True
@@ -117,26 +139,36 @@ class ResponsesTap:
     def _event(self, name: str, data: bytes) -> bool:
         if not name:  # no `event:` line: the type is in the data
             name = next((kind for marker, kind in _TYPES if marker in data), "")
-            if not name and self.response_id is None and b'"response.created"' in data:
+            if not name and self._opening is None and b'"response.created"' in data:
                 name = "response.created"
         closing = _CLOSING.get(name)
-        if closing is None and (self.response_id is not None or name not in _OPENING):
+        if closing is None:
+            if self._opening is None and name in _OPENING:
+                self._opening = data
             return False
         try:
             payload = orjson.loads(data)
         except orjson.JSONDecodeError:
             return False
         response = payload.get("response") if isinstance(payload, dict) else None
-        if self.response_id is None and isinstance(response, dict) and isinstance(response.get("id"), str):
-            self.response_id = response["id"]
-        if closing is None:
-            return False
+        if self._response_id is None and isinstance(response, dict) and isinstance(response.get("id"), str):
+            self._response_id = response["id"]
         self.ended = True
         if closing and isinstance(response, dict):
             self.response = response
         else:
             self.error = _error_message(payload, response)
         return True
+
+
+def _quiet(chunk: bytes) -> bool:
+    """Whether `chunk` is one whole event that cannot close the stream, as a Responses-API server writes
+    each token: a name line `event: response.*` whose name starts with no closing event's, and one JSON
+    data line. (A name is read stripped: one that starts with a closing name is not quiet, whatever
+    follows.) Prefix tests compiled to direct calls, no search."""
+    return chunk.startswith(b"event: response.") and one_event(chunk) \
+        and not chunk.startswith(b"event: response.completed") and not chunk.startswith(b"event: response.incomplete") \
+        and not chunk.startswith(b"event: response.failed")
 
 
 class PassthroughStream:

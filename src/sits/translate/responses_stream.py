@@ -149,15 +149,16 @@ class ResponsesStream:
         sequence = self._sequence
         self._sequence = sequence + len(pieces)
         middle = self._text_delta
-        parts = [_TEXT_DELTA_HEAD]
+        # The events' parts go into `out` as they are: the relay joins `out` once (no join here, and a
+        # second copy there, of every byte of the run).
+        out.append(_TEXT_DELTA_HEAD)
         for piece in pieces:  # one event's tail and the next one's head are one constant
-            parts.append(decimal(sequence))
-            parts.append(middle)
-            parts.append(piece)
-            parts.append(_TEXT_DELTA_TAIL_HEAD)
+            out.append(decimal(sequence))
+            out.append(middle)
+            out.append(piece)
+            out.append(_TEXT_DELTA_TAIL_HEAD)
             sequence += 1
-        parts[-1] = _TEXT_DELTA_TAIL
-        out.append(b"".join(parts))
+        out[-1] = _TEXT_DELTA_TAIL
 
     def _delta(self, delta: ChatDelta, out: list[bytes]) -> None:
         if delta.model and self._model == self._request["model"] and delta.model != self._model:

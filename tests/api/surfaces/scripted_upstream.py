@@ -167,7 +167,8 @@ class ScriptedUpstream:
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         """Answers with the input it was sent (as text) and a stream without `event:` lines, ending with
-        `response.failed` when the input says "fail"."""
+        `response.failed` when the input says "fail", with a line that is no SSE after its text when it
+        says "garbage"."""
         body = await self._record(request)
         said = orjson.dumps(body["input"]).decode()
         response = {"id": f"resp_up{len(self.requests)}", "object": "response", "status": "completed",
@@ -191,6 +192,8 @@ class ScriptedUpstream:
         else:
             events.append({"type": "response.completed", "response": response})
         data = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+        if "garbage" in said:
+            data = data.replace(b"\n\ndata: ", b"\n\n<html>oops</html>\n\ndata: ", 2).replace(b"<html>oops</html>", b"", 1)
         for i in range(0, len(data), 37):  # cut anywhere, as a network does
             await stream.write(data[i:i + 37])
         await stream.write_eof()

@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sits.errors import UpstreamProtocolError
+from sits.pipeline.sse_guard import SseGuard
 from sits.translate import stream_opening
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
 
@@ -363,3 +365,49 @@ def test_a_source_whose_role_events_differ_in_another_field_is_learnt_again_only
     hit = role.replace(b'"model":"m"', b'"model":"m","system_fingerprint":"fp%d"' % (len(learnt) - 1))
     ChatStreamReader(source).feed(hit.replace(b'"chatcmpl-1"', b'"chatcmpl-2"'))
     assert source not in stream_opening.MISSES
+
+
+# Lines a server might send between its events: SSE fields, comments, and what is no SSE at all.
+_ODD_EVENTS = [b": keep-alive", b"event: message", b"id: 7", b"retry: 100", b"data:{}", b"data:  {\"a\":1}",
+               b"<html>oops</html>", b"data: not json", b"data: 42", b"data: [1]", b"HTTP/1.1 502 Bad Gateway",
+               b"data: {\"a\":1}\n<html>", b"event: x\ndata: {\"b\":2}", b"\xff\xfe", b"data: [DONE] tail",
+               b"data:\n", b" data: {}"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["vllm", "llama", "openai", "late"]),
+       st.lists(st.one_of(st.tuples(st.just("text"), st.text(max_size=4)),
+                          st.tuples(st.sampled_from(["role", "finish", "usage", "usage_split"]), st.just("")),
+                          st.tuples(st.just("odd"), st.sampled_from(range(len(_ODD_EVENTS))))),
+                min_size=1, max_size=12),
+       st.lists(st.integers(0, 3000), max_size=4), st.booleans())
+def test_the_reader_refuses_exactly_the_streams_the_sse_guard_refuses(layout, events, cuts, one_event_a_read):
+    """A translated stream's chunks reach its reader unchecked (the reader is its SSE check): a stream with
+    a malformed line ends with the guard's error, however it is read, and no other stream does."""
+    wires = []
+    for kind, value in events:
+        if kind == "odd":
+            wires.append(_ODD_EVENTS[value] + b"\n\n")
+        elif kind == "usage_split":  # a usage event whose JSON holds a line end: two lines, the second no field
+            wires.append(_stream_event(layout, "usage", "").replace(b'"usage":{', b'"usage":{\n'))
+        else:
+            wires.append(_stream_event(layout, kind, value))
+    wire = b"".join(wires) + b"data: [DONE]\n\n"
+    guard = SseGuard("upstream")
+    try:
+        guard.check(wire)
+        refused = None
+    except UpstreamProtocolError as exc:
+        refused = str(exc)
+    reader = ChatStreamReader()
+    bounds = sorted(c % (len(wire) + 1) for c in cuts)
+    reads = wires + [b"data: [DONE]\n\n"] if one_event_a_read else \
+        [wire[a:b] for a, b in zip([0, *bounds], [*bounds, len(wire)], strict=True)]
+    if refused is None:
+        for chunk in reads:
+            reader.feed(chunk)
+    else:
+        with pytest.raises(UpstreamProtocolError) as raised:
+            for chunk in reads:
+                reader.feed(chunk)
+        assert str(raised.value) == refused

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import aiohttp
 import openai
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -50,6 +51,21 @@ async def test_a_stream_that_fails_is_relayed_and_not_stored(scripted, start_gat
     assert events[-1].type == "response.failed" and events[-1].response.error.message == "scripted failure"
     with pytest.raises(openai.NotFoundError):
         await sdk(gateway).responses.retrieve(events[0].response.id)
+
+
+async def test_a_malformed_line_in_a_passed_through_stream_ends_it_with_response_failed(scripted, start_gateway):
+    """The tap is a passed-through stream's SSE check (the exchange's guard passes its chunks on): the
+    line that is no SSE never reaches the client, and the stream ends with `response.failed` naming it."""
+    gateway = await start_gateway(config(scripted.url))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "m1", "input": "garbage", "stream": True}
+        async with session.post(base_url(gateway) + "/v1/responses", json=body) as response:
+            text = (await response.read()).decode()
+    lines = [line for line in text.split("\n") if line]
+    failed = orjson.loads(lines[-1][len("data: "):])
+    assert failed["type"] == "response.failed" and "malformed SSE line" in failed["response"]["error"]["message"]
+    assert not any("<html>" in line for line in lines[:-1])
+    assert "response.completed" not in text
 
 
 async def test_usage_is_recorded_from_the_responses_usage(scripted, start_gateway):

@@ -7,9 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sits.errors import UpstreamProtocolError
+from sits.pipeline.sse_guard import SseGuard
 from sits.translate.anthropic_upstream import AnthropicToChat
 from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
 from sits.translate.messages_stream import MessagesStream
@@ -189,10 +192,13 @@ def test_a_messages_stream_without_message_start_still_begins_with_the_role_and_
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from(["Hi", " error", " response.failed", " ok", "\u00e9"]), max_size=8),
-       st.sampled_from(["completed", "incomplete", "failed"]), st.booleans(), st.lists(st.integers(0, 4000), max_size=10))
+       st.sampled_from(["completed", "incomplete", "failed"]),
+       st.sampled_from([None, b"event: %b\n", b"event:%b\n", b"event: %b \n", b"event: %b\r\n", b"event:  %b\n"]),
+       st.lists(st.integers(0, 4000), max_size=10))
 def test_the_pass_through_tap_finds_the_closing_response_however_the_stream_is_cut(texts, status, named, cuts):
+    # `named`: how the name line is spelt (a server's spacing; none: the type is read from the data)
     def event(kind: str, **fields: Any) -> bytes:
-        line = b"event: " + kind.encode() + b"\n" if named else b""
+        line = named % kind.encode() if named else b""
         return line + b"data: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
     response = {"id": "resp_up", "status": "in_progress", "output": []}
     each = [event("response.created", response=response)]
@@ -209,3 +215,40 @@ def test_the_pass_through_tap_finds_the_closing_response_however_the_stream_is_c
         assert tap.response is None and tap.error == "boom"
     else:
         assert tap.response == closed and tap.error is None
+
+
+_ODD_LINES = [b": keep-alive", b"id: 7", b"retry: 10", b"<html>oops</html>", b"data: not json", b"data: 42",
+              b"HTTP/1.1 502", b"\xff\xfe", b"data:", b" data: {}", b"event: response.output_text.delta\n<html>"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("delta"), st.sampled_from(["Hi", " error", "\u00e9"])),
+                          st.tuples(st.just("odd"), st.sampled_from(range(len(_ODD_LINES))))), max_size=8),
+       st.booleans(), st.lists(st.integers(0, 3000), max_size=6), st.booleans())
+def test_the_pass_through_tap_refuses_exactly_the_streams_the_sse_guard_refuses(body, named, cuts, one_event_a_read):
+    """A passed-through stream's chunks reach the tap unchecked (the tap is its SSE check): a stream with a
+    malformed line raises the guard's error, however it is read, and no other stream does."""
+    def event(kind: str, **fields: Any) -> bytes:
+        line = b"event: " + kind.encode() + b"\n" if named else b""
+        return line + b"data: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+    response = {"id": "resp_up", "status": "in_progress", "output": []}
+    each = [event("response.created", response=response)]
+    each += [event("response.output_text.delta", delta=v) if kind == "delta" else _ODD_LINES[v] + b"\n\n"
+             for kind, v in body]
+    each.append(event("response.completed", response={**response, "status": "completed"}))
+    wire = b"".join(each)
+    try:
+        SseGuard("upstream").check(wire)
+        refused = None
+    except UpstreamProtocolError as exc:
+        refused = str(exc)
+    bounds = sorted(c % (len(wire) + 1) for c in cuts)
+    parts = each if one_event_a_read else [wire[a:b] for a, b in zip([0, *bounds], [*bounds, len(wire)], strict=True)]
+    tap = ResponsesTap()
+    if refused is None:
+        assert [tap.feed(part) for part in parts].count(True) == 1 and tap.response_id == "resp_up"
+    else:
+        with pytest.raises(UpstreamProtocolError) as raised:
+            for part in parts:
+                tap.feed(part)
+        assert str(raised.value) == refused

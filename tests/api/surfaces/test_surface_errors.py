@@ -97,6 +97,22 @@ async def test_a_broken_stream_ends_with_each_surfaces_error_event(upstream, sta
     assert "event: message_stop" not in m_lines
 
 
+async def test_a_malformed_line_mid_stream_ends_each_surface_with_its_error_naming_it(upstream, start_gateway):
+    """A translated stream's reader is its SSE check (the guard passes its chunks on): the garbage line
+    never reaches the client, and the surface's error event says what was wrong."""
+    upstream.mode, upstream.malformed_at, upstream.chunk_delay = "malformed_sse", 3, 0.02  # events arrive apart
+    gateway = await start_gateway(one_model_config(upstream.url))
+    responses = await post(gateway, "/v1/responses", {"model": "m1", "input": "hi", "stream": True})
+    messages = await post(gateway, "/v1/messages", {**GOOD_MESSAGES, "stream": True}, CLAUDE)
+    r_lines = responses.text.strip().split("\n")
+    assert r_lines[-2] == "event: response.failed" and "event: response.output_text.delta" in r_lines
+    assert "malformed SSE line" in orjson.loads(r_lines[-1][6:])["response"]["error"]["message"]
+    m_lines = messages.text.strip().split("\n")
+    assert m_lines[-2] == "event: error" and "event: content_block_delta" in m_lines
+    assert "malformed SSE line" in orjson.loads(m_lines[-1][6:])["error"]["message"]
+    assert not any("<html>" in line for line in r_lines[:-1] + m_lines[:-1])  # only the error names it
+
+
 async def test_the_static_template_answers_both_surfaces(upstream, start_gateway):
     upstream.mode = "error500"
     config = one_model_config(upstream.url)
