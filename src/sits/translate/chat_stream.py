@@ -35,46 +35,21 @@ construction, and every other event is checked line by line (`sse.refuse_malform
 
 from __future__ import annotations
 
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import orjson
 
 from sits.errors import UpstreamProtocolError
 from sits.translate import stream_opening
+from sits.translate.chat_delta import ChatDelta, StreamEnd, chunk_delta, matched_stop, only_text, text_piece
 from sits.translate.sse import DONE, MAX_LINE, refuse_malformed
 from sits.translate.stream_opening import Opening, fill_in, only_table
 from sits.tuples import new_tuple
 
 
-class ToolDelta(NamedTuple):
-    index: int  # type: ignore[assignment]  # the wire's name; a tool delta is never searched as a tuple
-    id: str | None
-    name: str | None
-    arguments: str  # the next piece of the JSON arguments
-
-
-class ChatDelta(NamedTuple):
-    text: str = ""
-    reasoning: str = ""
-    tools: tuple[ToolDelta, ...] = ()
-    finish: str | None = None
-    usage: dict[str, Any] | None = None
-    model: str | None = None
-    stop: str | None = None  # with `finish`: the stop string matched, where the server says (see `matched_stop`)
-
-
-class StreamEnd(NamedTuple):
-    """`[DONE]` (error None) or an in-band error event (its message)."""
-
-    error: str | None = None
-    code: str | None = None
-
-
 Item = list[bytes] | ChatDelta | StreamEnd
 
-_NO_DELTA = ChatDelta()
 _DONE_END = StreamEnd()
-_EMPTY: dict[str, Any] = {}
 _TEXT_KEY = b'"delta":{"content":"'  # where a text-only event's text starts, as chat servers write it
 _NEVER = b"\n\n"  # no complete event starts with this: matches nothing until a shape is learnt
 _NO_ENDS: Final = (_NEVER, _NEVER)
@@ -82,6 +57,8 @@ _CONTENT_KEY: Final = b'"content":"'  # how `_TEXT_KEY` ends: the head without i
 _ROLE_DELTAS: Final = (b'"delta":{"role":"assistant","content":""}', b'"delta":{"role":"assistant","content":null}')
 _DELTA_KEY: Final = b'"delta":'
 _DONE_LINE: Final = b"data: [DONE]"  # the usual end, as every chat server writes it
+_DATA: Final = b"data: "
+_NEXT_DATA: Final = b"\n\ndata: "  # an event's end and the next one's data line
 _FINISH_KEY: Final = b'"finish_reason":'
 _CHOICES_KEY: Final = b'"choices":['
 _MODEL_KEY: Final = b'"model":'
@@ -93,77 +70,6 @@ _CR: Final = 13
 _BACKSLASH: Final = 92
 _PIECE_TABLE: Final = only_table(bytes(n for n in range(256) if n not in (_QUOTE, _NEWLINE)))  # no quote, no newline
 _REASON_TABLE: Final = only_table(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-
-
-def text_piece(text: str) -> bytes:
-    """A decoded text as a piece (its JSON-escaped content)."""
-    return orjson.dumps(text)[1:-1]
-
-
-def chunk_delta(event: dict[str, Any]) -> ChatDelta:
-    """One chat.completion.chunk as a delta of choice 0 (the surfaces answer with one choice).
-
-    Read optimistically (the shape every chat server writes) and checked by the exceptions a wrong
-    shape raises. `choice` and `delta` are declared dicts so that the compiled reads are dict operations,
-    not method calls; one that is not a dict is a TypeError there (an AttributeError from source)."""
-    usage = event.get("usage")
-    model = event.get("model")
-    try:
-        choices = event.get("choices")
-        if not choices:
-            return new_tuple(ChatDelta, ("", "", (), None, usage if type(usage) is dict else None,
-                                         model if type(model) is str else None, None))
-        choice: dict[str, Any] = choices[0]
-        if choice.get("index", 0) != 0:
-            return _NO_DELTA
-        delta: dict[str, Any] = choice.get("delta") or _EMPTY
-        text = delta.get("content") or ""
-        reasoning = delta.get("reasoning_content") or ""
-        calls = delta.get("tool_calls")
-        tools = tuple(_tool_delta(i, c) for i, c in enumerate(calls)) if calls else ()
-        finish = choice.get("finish_reason")
-        stop = matched_stop(choice) if finish is not None else None
-    except (AttributeError, TypeError, KeyError):
-        return _NO_DELTA
-    return new_tuple(ChatDelta, (text if type(text) is str else "", reasoning if type(reasoning) is str else "",
-                                  tools, None if finish is None else str(finish),
-                                  usage if type(usage) is dict else None, model if type(model) is str else None, stop))
-
-
-def matched_stop(choice: dict[str, Any]) -> str | None:
-    """The stop string a finished choice stopped on, where the server names it: vLLM's `stop_reason`,
-    SGLang's `matched_stop` (SITS's Anthropic-API upstreams write `stop_reason` too). llama-server
-    does not say; a token id (an int) is no stop string."""
-    stop = choice.get("stop_reason")
-    if stop is None:
-        stop = choice.get("matched_stop")
-    return stop if type(stop) is str else None
-
-
-def _tool_delta(position: int, call: dict[str, Any]) -> ToolDelta:
-    function = call.get("function") or _EMPTY
-    index, call_id = call.get("index"), call.get("id")
-    name, arguments = function.get("name"), function.get("arguments")
-    return ToolDelta(index if type(index) is int else position, call_id if type(call_id) is str else None,
-                     name if type(name) is str else None, arguments if type(arguments) is str else "")
-
-
-def _only_text(parsed: dict[str, Any]) -> str | None:
-    """The text of an event that says a piece of text and nothing else, else None."""
-    choices = parsed.get("choices")
-    if type(choices) is not list or len(choices) != 1 or parsed.get("usage") is not None:
-        return None
-    first = choices[0]
-    if type(first) is not dict:
-        return None
-    choice: dict[str, Any] = first  # a dict: its reads compile to dict operations
-    found = choice.get("delta")
-    if type(found) is not dict or len(found) != 1 or choice.get("finish_reason") is not None \
-            or choice.get("index", 0) != 0:
-        return None
-    delta: dict[str, Any] = found
-    text = delta.get("content")
-    return text if type(text) is str else None
 
 
 def _finish_ends(event: bytes) -> tuple[bytes, bytes]:
@@ -188,8 +94,8 @@ def _add_piece(out: list[Item], piece: bytes) -> None:
 class ChatStreamReader:
     """Chat SSE bytes in (cut anywhere), text pieces, deltas and the end out."""
 
-    __slots__ = ("_partial", "_source", "_head", "_tail", "_model", "_stop", "_finish_empty", "_finish_content",
-                 "_usage_head", "_usage_model")
+    __slots__ = ("_partial", "_source", "_head", "_tail", "_tail_end", "_body", "_model", "_stop", "_finish_empty",
+                 "_finish_content", "_usage_head", "_usage_model")
 
     def __init__(self, source: str = "upstream") -> None:
         self._partial = b""
@@ -197,6 +103,8 @@ class ChatStreamReader:
         # The learnt shape of this stream's text-only events: the bytes before the text and after it
         # (with the blank line).
         self._head = self._tail = _NEVER
+        self._tail_end = b""  # the tail without its blank line, as an event split out of a read ends
+        self._body: bytes | None = None  # the head after its `data: `, as a read's parts after the first start
         # What follows from the shape (`_set_shape`): the model and the stop string its event says, the
         # ends of its finish event (delta empty, or an empty content), the usage event's head, and the
         # model the usage event says.
@@ -211,13 +119,15 @@ class ChatStreamReader:
         else (how a model server writes each token), else None: then `feed` it. No quote and no newline
         between the learnt head and tail means they hold one JSON string and nothing else; a piece
         ending in a backslash may have escaped the closing quote, and goes the long way."""
-        if self._partial or not chunk.startswith(self._head) or not chunk.endswith(self._tail):
+        head = self._head
+        if self._partial or head is _NEVER or not chunk.startswith(head) or not chunk.endswith(self._tail):
             return None
-        return self._piece(chunk, len(chunk) - len(self._tail))
+        return self._piece(chunk, len(head), len(chunk) - len(self._tail))
 
-    def _piece(self, event: bytes, end: int) -> bytes | None:
-        """The text between the learnt head and `end` when it is one JSON string's content and nothing else."""
-        piece = event[len(self._head):end]
+    def _piece(self, event: bytes, start: int, end: int) -> bytes | None:
+        """The text between the learnt head (ending at `start`) and `end` when it is one JSON string's
+        content and nothing else."""
+        piece = event[start:end]
         if not piece or piece.translate(_PIECE_TABLE) != piece or piece[-1] == _BACKSLASH:
             return None
         return piece
@@ -229,25 +139,56 @@ class ChatStreamReader:
         data = self._partial + chunk if self._partial else chunk
         if _CR in data:  # CRLF line ends (rare): as LF, so events end with one separator
             data = data.replace(b"\r\n", b"\n")
-        events = data.split(b"\n\n")
-        partial = events.pop()  # what follows the last complete event
-        if not events and len(partial) > MAX_LINE:
-            raise UpstreamProtocolError(f"upstream {self._source} sent an SSE event over {MAX_LINE} bytes")
+        # Split where an event ends and the next one's data line starts (how chat servers write every
+        # event): a longer separator than the blank line alone is found in fewer steps, and each part
+        # after the first is an event's bytes after its `data: `. Events a server separates otherwise
+        # (a comment, an `event:` line, another blank line) stay in one part, split at the blank lines.
+        parts = data.split(_NEXT_DATA)
+        last = parts[-1]
+        if last.endswith(b"\n\n"):  # the read ends with a whole event (the usual)
+            partial = b""
+            parts[-1] = last[:-2]
+        else:
+            end = last.rfind(b"\n\n")
+            if end >= 0:
+                partial = last[end + 2:]
+                parts[-1] = last[:end]
+            else:  # the last event is not whole yet
+                partial = _DATA + last if len(parts) > 1 else last
+                parts.pop()
+                if not parts and len(partial) > MAX_LINE:
+                    raise UpstreamProtocolError(f"upstream {self._source} sent an SSE event over {MAX_LINE} bytes")
         self._partial = partial
         out: list[Item] = []
-        head, tail = self._head, self._tail[:-2]  # the learnt shape; an event here has lost its blank line
-        for event in events:
+        head, tail, body = self._head, self._tail_end, self._body  # the learnt shape, without the blank line
+        for index, part in enumerate(parts):
             # an event of the learnt shape with no quote, newline or final backslash in its text: the text
             # piece, sliced out unparsed (pieces in a row go out as one list)
-            if event.startswith(head) and event.endswith(tail):
-                piece = self._piece(event, len(event) - len(tail))
+            start = (None if head is _NEVER else head) if index == 0 else body
+            if start is not None and part.startswith(start) and part.endswith(tail):
+                piece = self._piece(part, len(start), len(part) - len(tail))
                 if piece is not None:
                     _add_piece(out, piece)
                     continue
-            if event and not self._known_end(event, out):
-                self._event(event, out)
-                head, tail = self._head, self._tail[:-2]  # learnt from this event, maybe
+            event = part if index == 0 else _DATA + part
+            if _NEWLINE in event:  # more than one line: more than one event, maybe
+                for one in event.split(b"\n\n"):
+                    self._read(one, out)
+            else:
+                self._read(event, out)
+            head, tail, body = self._head, self._tail_end, self._body  # learnt from this event, maybe
         return out
+
+    def _read(self, event: bytes, out: list[Item]) -> None:
+        """One whole event, its blank line gone, that a part of the read did not show to be a text event."""
+        head, tail = self._head, self._tail_end
+        if head is not _NEVER and event.startswith(head) and event.endswith(tail):
+            piece = self._piece(event, len(head), len(event) - len(tail))
+            if piece is not None:
+                _add_piece(out, piece)
+                return
+        if event and not self._known_end(event, out):
+            self._event(event, out)
 
     def _known_end(self, event: bytes, out: list[Item]) -> bool:
         """A finish or usage event of the shape's bytes, its delta into `out` without parsing it: whether
@@ -310,7 +251,7 @@ class ChatStreamReader:
             code = error.get("code") if type(error) is dict else None
             out.append(StreamEnd(str(message), str(code) if code else "upstream_error"))
             return
-        text = _only_text(event_object)
+        text = only_text(event_object)
         if text is None:
             delta = chunk_delta(event_object)
             out.append(delta)
@@ -367,7 +308,7 @@ class ChatStreamReader:
             return False
         one, two = found
         head, tail, empty_before, empty_after, content_before, content_after, usage_head = opening.templates
-        self._head, self._tail = fill_in(head, one, two), fill_in(tail, one, two)
+        self._shaped(fill_in(head, one, two), fill_in(tail, one, two))
         self._finish_empty = (fill_in(empty_before, one, two), fill_in(empty_after, one, two))
         self._finish_content = (fill_in(content_before, one, two), fill_in(content_after, one, two))
         self._usage_head = fill_in(usage_head, one, two)
@@ -376,10 +317,15 @@ class ChatStreamReader:
         stream_opening.hit(self._source)
         return True
 
+    def _shaped(self, head: bytes, tail: bytes) -> None:
+        """The text events' bytes before and after the text, and what a read's parts are tested with."""
+        self._head, self._tail, self._tail_end = head, tail, tail[:-2]
+        self._body = head[len(_DATA):] if head.startswith(_DATA) else None
+
     def _set_shape(self, head: bytes, tail: bytes, parsed: dict[str, Any]) -> None:
         """`head` and `tail` around the text of this stream's text-only events, and what follows from them;
         `parsed` is an event of that shape (the text aside): its model, its choice's stop string."""
-        self._head, self._tail = head, tail
+        self._shaped(head, tail)
         model = parsed.get("model")
         self._model = model if type(model) is str else None
         choice: dict[str, Any] = parsed["choices"][0]

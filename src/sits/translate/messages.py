@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from sits.errors import InvalidRequest
-from sits.translate.chat_stream import matched_stop
+from sits.translate.chat_delta import matched_stop
 from sits.translate.usage import anthropic_usage
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",

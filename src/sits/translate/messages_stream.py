@@ -10,7 +10,8 @@ from typing import Any, Final
 
 import orjson
 
-from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
+from sits.translate.chat_delta import ChatDelta, StreamEnd, text_piece
+from sits.translate.chat_stream import ChatStreamReader
 from sits.translate.messages import stop_of
 from sits.translate.sse import named_event
 from sits.translate.usage import anthropic_usage

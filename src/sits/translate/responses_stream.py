@@ -14,7 +14,8 @@ from typing import Any, Final
 import orjson
 
 from sits.errors import UpstreamProtocolError
-from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd, text_piece
+from sits.translate.chat_delta import ChatDelta, StreamEnd, text_piece
+from sits.translate.chat_stream import ChatStreamReader
 from sits.translate.responses import (
     assistant_message,
     call_item,
@@ -66,7 +67,7 @@ class ResponsesStream:
 
     def __init__(self, response_id: str, created: int, request: dict[str, Any], source: str = "upstream") -> None:
         self._id = response_id
-        self._id_json = orjson.dumps(response_id)  # in every snapshot of the response
+        self._id_json = b'"%b"' % response_id.encode()  # in every snapshot (SITS's own id: nothing to escape)
         self._message_id = message_id(response_id)
         self._created_json = b"%d" % created
         self._request = request

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 if TYPE_CHECKING:
-    from sits.translate.chat_stream import ChatDelta
+    from sits.translate.chat_delta import ChatDelta
 
 ID_KEY: Final = b'"id":"'
 CREATED_KEY: Final = b'"created":'

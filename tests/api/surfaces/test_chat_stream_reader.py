@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from sits.errors import UpstreamProtocolError
 from sits.pipeline.sse_guard import SseGuard
 from sits.translate import stream_opening
-from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
+from sits.translate.chat_delta import ChatDelta, StreamEnd
+from sits.translate.chat_stream import ChatStreamReader
 
 
 def event(delta: dict[str, Any], finish: str | None = None, usage: Any = "absent") -> bytes:

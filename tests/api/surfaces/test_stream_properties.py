@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from sits.errors import UpstreamProtocolError
 from sits.pipeline.sse_guard import SseGuard
 from sits.translate.anthropic_upstream import AnthropicToChat
-from sits.translate.chat_stream import ChatDelta, ChatStreamReader, StreamEnd
+from sits.translate.chat_delta import ChatDelta, StreamEnd
+from sits.translate.chat_stream import ChatStreamReader
 from sits.translate.messages_stream import MessagesStream
 from sits.translate.responses_passthrough import ResponsesTap
 from sits.translate.responses_stream import ResponsesStream
