@@ -412,3 +412,16 @@ def test_the_reader_refuses_exactly_the_streams_the_sse_guard_refuses(layout, ev
             for chunk in reads:
                 reader.feed(chunk)
         assert str(raised.value) == refused
+
+
+@pytest.mark.parametrize("wire", [b"\n\n: ping\n\n", b"\n\nhello\n\n", b'data: {"a":1}\n\n\n\n: ping\n\n'])
+def test_blank_lines_and_comments_before_a_shape_is_known_say_no_text(wire):
+    """Before a shape is learnt nothing is read as a text event's bytes: a comment after a blank line is
+    no text (a read that starts with a blank line once looked like the unlearnt shape's bytes)."""
+    reader = ChatStreamReader()
+    items = reader.feed(wire) if wire != b"\n\nhello\n\n" else None
+    if items is not None:
+        assert not any(isinstance(item, list) for item in items)
+    else:
+        with pytest.raises(UpstreamProtocolError, match="malformed SSE line"):
+            reader.feed(wire)
