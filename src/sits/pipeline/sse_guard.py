@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sits.errors import SitsError, UpstreamProtocolError
-from sits.translate.sse import one_event, refuse_malformed
+from sits.translate.sse import SHORT_READ, one_event, refuse_malformed
 
 _MAX_LINE = 4 * 1024 * 1024
-_SHORT_READ = 2048  # a read of one token's event is shorter
 
 
 class SseGuard:
@@ -56,8 +55,8 @@ class SseGuard:
         """Raise UpstreamProtocolError when a stream's first chunk opens with a malformed line: its first
         event, or its complete lines when it holds no whole event (what decides whether the stream can
         still fall back, where its reader checks the rest). Keeps no state: `check` starts afresh."""
-        if len(chunk) <= _SHORT_READ and one_event(chunk):
-            return  # the usual first chunk
+        if len(chunk) <= SHORT_READ and one_event(chunk):
+            return  # the usual first chunk (a long read is told below, with one search instead of two)
         line_end = chunk.find(b"\n")
         if line_end < 0:
             return  # no complete line yet

@@ -35,7 +35,7 @@ class StreamEnd(NamedTuple):
     code: str | None = None
 
 
-NO_DELTA = ChatDelta()
+_NO_DELTA = ChatDelta()
 _EMPTY: dict[str, Any] = {}
 
 
@@ -59,7 +59,7 @@ def chunk_delta(event: dict[str, Any]) -> ChatDelta:
                                          model if type(model) is str else None, None))
         choice: dict[str, Any] = choices[0]
         if choice.get("index", 0) != 0:
-            return NO_DELTA
+            return _NO_DELTA
         delta: dict[str, Any] = choice.get("delta") or _EMPTY
         text = delta.get("content") or ""
         reasoning = delta.get("reasoning_content") or ""
@@ -68,7 +68,7 @@ def chunk_delta(event: dict[str, Any]) -> ChatDelta:
         finish = choice.get("finish_reason")
         stop = matched_stop(choice) if finish is not None else None
     except (AttributeError, TypeError, KeyError):
-        return NO_DELTA
+        return _NO_DELTA
     return new_tuple(ChatDelta, (text if type(text) is str else "", reasoning if type(reasoning) is str else "",
                                   tools, None if finish is None else str(finish),
                                   usage if type(usage) is dict else None, model if type(model) is str else None, stop))

@@ -163,7 +163,7 @@ class ChatStreamReader:
         head, tail, body = self._head, self._tail_end, self._body  # the learnt shape, without the blank line
         for index, part in enumerate(parts):
             # an event of the learnt shape with no quote, newline or final backslash in its text: the text
-            # piece, sliced out unparsed (pieces in a row go out as one list)
+            # piece, sliced out unparsed (pieces in a row go out as one list); inline, the read's hot loop
             start = (None if head is _NEVER else head) if index == 0 else body
             if start is not None and part.startswith(start) and part.endswith(tail):
                 piece = self._piece(part, len(start), len(part) - len(tail))
@@ -173,20 +173,30 @@ class ChatStreamReader:
             event = part if index == 0 else _DATA + part
             if _NEWLINE in event:  # more than one line: more than one event, maybe
                 for one in event.split(b"\n\n"):
-                    self._read(one, out)
-            else:
-                self._read(event, out)
+                    if not self._sliced(one, self._head, out):
+                        self._other(one, out)
+            else:  # one event, already tested against the shape above
+                self._other(event, out)
             head, tail, body = self._head, self._tail_end, self._body  # learnt from this event, maybe
         return out
 
-    def _read(self, event: bytes, out: list[Item]) -> None:
-        """One whole event, its blank line gone, that a part of the read did not show to be a text event."""
-        head, tail = self._head, self._tail_end
-        if head is not _NEVER and event.startswith(head) and event.endswith(tail):
-            piece = self._piece(event, len(head), len(event) - len(tail))
-            if piece is not None:
-                _add_piece(out, piece)
-                return
+    def _sliced(self, event: bytes, head: bytes, out: list[Item]) -> bool:
+        """`feed`'s test of an event split out of a part of several: of the learnt shape, its text piece
+        into `out`. Whether it was one."""
+        if head is _NEVER or not event.startswith(head):
+            return False
+        tail = self._tail_end
+        if not event.endswith(tail):
+            return False
+        piece = self._piece(event, len(head), len(event) - len(tail))
+        if piece is None:
+            return False
+        _add_piece(out, piece)
+        return True
+
+    def _other(self, event: bytes, out: list[Item]) -> None:
+        """A whole event that is not a text event of the learnt shape: read by its bytes if it is the
+        shape's finish or usage event, else parsed."""
         if event and not self._known_end(event, out):
             self._event(event, out)
 

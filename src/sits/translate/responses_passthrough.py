@@ -95,7 +95,7 @@ class ResponsesTap:
 
     def __init__(self, source: str = "upstream") -> None:
         self._splitter = SseSplitter(source, strict=True)
-        self._opening: bytes | None = None  # the data of the event that first said the response, parsed if asked
+        self._opening: bytes | None = None  # the data of the event that first said the response (parsed if asked)
         self._response_id: str | None = None
         self.response: dict[str, Any] | None = None
         self.error: str | None = None
@@ -106,14 +106,11 @@ class ResponsesTap:
         """The response's id, from the event that opened it: read when asked (a stream that closes well
         never needs it, and parsing the opening costs as much as relaying several events)."""
         if self._response_id is None and self._opening is not None:
-            opening, self._opening = self._opening, b""
             try:
-                payload = orjson.loads(opening)
+                payload = orjson.loads(self._opening)
             except orjson.JSONDecodeError:
                 return None
-            response = payload.get("response") if isinstance(payload, dict) else None
-            if isinstance(response, dict) and isinstance(response.get("id"), str):
-                self._response_id = response["id"]
+            self._response_id = _id_of(payload.get("response") if isinstance(payload, dict) else None)
         return self._response_id
 
     def feed(self, chunk: bytes) -> bool:
@@ -122,9 +119,9 @@ class ResponsesTap:
         if self._opening is not None and self._splitter.between_events():
             if _quiet(chunk):
                 return False  # nothing for the tap (most of a stream)
-            find = chunk.find
-            if chunk.endswith(b"\n\n") and find(b"response.completed") < 0 and find(b"response.incomplete") < 0 \
-                    and find(b"response.failed") < 0 and find(b"error") < 0:
+            if chunk.endswith(b"\n\n") and chunk.find(b"response.completed") < 0 \
+                    and chunk.find(b"response.incomplete") < 0 and chunk.find(b"response.failed") < 0 \
+                    and chunk.find(b"error") < 0:
                 refuse_malformed(chunk, self._splitter.source)
                 return False  # whole events, none of them closing (_CLOSING): a read of several
         for event in self._splitter.feed(chunk):
@@ -151,14 +148,23 @@ class ResponsesTap:
         except orjson.JSONDecodeError:
             return False
         response = payload.get("response") if isinstance(payload, dict) else None
-        if self._response_id is None and isinstance(response, dict) and isinstance(response.get("id"), str):
-            self._response_id = response["id"]
+        if self._response_id is None:
+            self._response_id = _id_of(response)
         self.ended = True
         if closing and isinstance(response, dict):
             self.response = response
         else:
             self.error = _error_message(payload, response)
         return True
+
+
+def _id_of(response: Any) -> str | None:
+    """A response object's id, if it is one with a string id."""
+    if isinstance(response, dict):
+        found = response.get("id")
+        if isinstance(found, str):
+            return found
+    return None
 
 
 def _quiet(chunk: bytes) -> bool:

@@ -15,7 +15,7 @@ _FIELDS: Final = (b"data:", b":", b"event:", b"id:", b"retry:")
 
 
 _NEWLINE: Final = 10  # tested for by value: `10 in data` is a memchr
-_SHORT: Final = 2048  # a token's event is shorter: copied and tested in one memchr, cheaper than a search call
+SHORT_READ: Final = 2048  # a token's event is shorter: copied and tested in one memchr, cheaper than a search call
 
 
 def one_event(chunk: bytes) -> bool:
@@ -29,7 +29,7 @@ def one_event(chunk: bytes) -> bool:
         chunk = chunk.partition(b"\n")[2]  # the line after the name (an `event:` line holds any text)
         if not chunk.startswith(b"data: {"):
             return False
-    if len(chunk) > _SHORT:  # a read of many events: searched to its first line end, not copied whole
+    if len(chunk) > SHORT_READ:  # a read of many events: searched to its first line end, not copied whole
         return chunk.find(b"\n") == len(chunk) - 2 and chunk[-1] == _NEWLINE
     return chunk.endswith(b"\n\n") and _NEWLINE not in chunk[:-2]
 

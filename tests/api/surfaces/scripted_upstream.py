@@ -191,9 +191,10 @@ class ScriptedUpstream:
                                                                              "message": "scripted failure"}}})
         else:
             events.append({"type": "response.completed", "response": response})
-        data = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+        wire = [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
         if "garbage" in said:
-            data = data.replace(b"\n\ndata: ", b"\n\n<html>oops</html>\n\ndata: ", 2).replace(b"<html>oops</html>", b"", 1)
+            wire.insert(2, b"<html>oops</html>\n\n")  # after the text
+        data = b"".join(wire)
         for i in range(0, len(data), 37):  # cut anywhere, as a network does
             await stream.write(data[i:i + 37])
         await stream.write_eof()
