@@ -384,12 +384,16 @@ class _ChunkedSink:
             return True
         if not chunk or self.terminated:
             return conn._write_paused
-        framed = _chunk(chunk)
-        if chunk[-14:] == _DONE_EVENT:  # a slice compare: bytes.endswith parses its arguments every call
-            framed += b"0\r\n\r\n"  # the stream's last event: close the body in the same write
-            self.terminated = True
+        size = len(chunk)
+        # The head (first chunk only), the chunk framed, and after the stream's last event the body's
+        # terminator, joined into one write. A slice compare: bytes.endswith parses its arguments every call.
+        done = chunk[-14:] == _DONE_EVENT
         head = self.head
-        if head is not None:
-            framed, self.head = head + framed, None
-        self._transport.write(framed)
+        if head is None and not done:
+            self._transport.write(_chunk(chunk))
+            return conn._write_paused
+        self.head = None
+        self.terminated = done
+        self._transport.write(b"".join((head or b"", _CHUNK_SIZES[size] if size < 8192 else b"%x" % size, b"\r\n",
+                                        chunk, b"\r\n0\r\n\r\n" if done else b"\r\n")))
         return conn._write_paused

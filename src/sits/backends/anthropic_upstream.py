@@ -94,6 +94,9 @@ class AnthropicResponse:
 
         return self._response.push(translated)
 
+    def ended(self) -> bool:
+        return self._response.ended()
+
     def resume(self) -> None:
         self._response.resume()
 

@@ -33,6 +33,8 @@ class UpstreamBody(Protocol):
 
     def resume(self) -> None: ...
 
+    def ended(self) -> bool: ...
+
     def fail(self, error: BaseException) -> None: ...
 
     def first_chunk_within(self, seconds: float) -> None: ...
@@ -117,6 +119,11 @@ class UpstreamResponse:
             if conn is not None and conn.paused != full:
                 conn.pause() if full else conn.resume()
         return ended
+
+    def ended(self) -> bool:
+        """The body ended well and all of it was taken: nothing is left to push (a stream that came in
+        the read that brought its head)."""
+        return self._done and not self._chunks and self._error is None
 
     def resume(self) -> None:
         """Push mode: the consumer has room again."""

@@ -120,12 +120,13 @@ class Exchange:
         ok = False
         response = self.response
         guard = self._guard or SseGuard(self.endpoint.id)
-        guard.forward_to(deliver, response.fail, self.reader_checks)
         try:
             first, self._first = self._first, None
             if first is not None:
                 deliver(first)  # checked by the prefetch (its first event, where the reader checks the rest)
-            await response.push(guard.relay)
+            if not response.ended():  # else the whole stream came with its head: nothing to wait for
+                guard.forward_to(deliver, response.fail, self.reader_checks)
+                await response.push(guard.relay)
             ok = True
         finally:
             guard.detach()
