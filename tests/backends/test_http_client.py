@@ -130,6 +130,26 @@ async def test_a_pushed_stream_that_breaks_fails_its_future(pool):
     assert got == [b"data: {}\n\n"]
 
 
+async def test_a_body_is_ended_only_once_it_came_whole_and_all_of_it_was_taken(pool):
+    """`ended()` lets a relay skip waiting on a stream that came with its head: never while bytes are
+    still to come or still buffered, never after a failure."""
+    events = [(0.0, chunk(b"data: {}\n\n")), (0.2, chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")]
+    async with serving(events) as port:
+        response = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=30))
+        assert not response.ended()  # the body is still coming
+        first = await asyncio.wait_for(response.next_chunk(), 5)
+        assert first == b"data: {}\n\n" and not response.ended()
+        await asyncio.sleep(0.5)  # the rest arrived and the body ended, but it is buffered, not taken
+        assert not response.ended()
+        assert await response.next_chunk() == b"data: [DONE]\n\n"
+        assert response.ended()
+    async with serving([(0.0, chunk(b"data: {}\n\n"))]) as port:
+        broken = await pool.request(Origin("http", "127.0.0.1", port), REQUEST, Timeouts(total=0.2))
+        with pytest.raises(UpstreamTimeout):
+            await asyncio.wait_for(body_of(broken.iter_chunks()), 5)
+        assert not broken.ended()
+
+
 class _Transport:
     """Just enough of an asyncio transport to drive a connection's callbacks by hand."""
 
