@@ -98,6 +98,38 @@ def test_file_is_in_wal_mode(store):
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def _open_together(path: Path, barrier, outcomes) -> None:
+    barrier.wait()
+    try:
+        RegistryStore(path).load()
+        outcomes.put("ok")
+    except RegistryStoreError as exc:
+        outcomes.put(str(exc))
+
+
+def test_workers_opening_a_new_store_together_all_open_it(tmp_path):
+    """`sits serve --workers N` starts its workers at once, each opening the registry file: SQLite refuses
+    the switch to WAL ("database is locked", without waiting) while another process holds the new file.
+    Without the retry, thirty rounds of six processes met it in every run here (a worker then never
+    started); with it, every process opens the store."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    failures = []
+    for round_ in range(30):
+        folder = tmp_path / f"r{round_}"
+        folder.mkdir()
+        barrier, outcomes = ctx.Barrier(6), ctx.Queue()
+        workers = [ctx.Process(target=_open_together, args=(folder / "registry.sqlite3", barrier, outcomes))
+                   for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        failures += [o for o in (outcomes.get(timeout=5) for _ in workers) if o != "ok"]
+    assert failures == []
+
+
 def test_unopenable_path_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(RegistryStoreError, match="cannot open registry store"):

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
+from sits.runtime.sqlite_wal import into_wal
+
 _SCHEMA_VERSION = 1
 _BUSY_TIMEOUT_S = 10.0
 
@@ -135,7 +137,7 @@ class RegistryStore:
         except (OSError, sqlite3.Error) as exc:
             raise RegistryStoreError(f"cannot open registry store {self.path}: {exc}") from exc
         try:
-            db.execute("PRAGMA journal_mode = WAL")
+            into_wal(db, _BUSY_TIMEOUT_S)  # several workers may open a new file together
             db.execute("PRAGMA synchronous = FULL")
             db.execute("BEGIN IMMEDIATE")
             (schema,) = db.execute("PRAGMA user_version").fetchone()

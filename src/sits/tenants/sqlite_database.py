@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from sits.runtime.sqlite_wal import into_wal
 from sits.tenants.database import Row
 from sits.tenants.migrations import SCHEMA_VERSION_TABLE, Migration
 
@@ -26,21 +27,6 @@ _PLACEHOLDER = re.compile(r"\$(\d+)")
 
 def _sqlite(sql: str) -> str:
     return _PLACEHOLDER.sub(r"?\1", sql)
-
-
-def _into_wal(db: sqlite3.Connection) -> None:
-    """Switch to WAL, retried while another process holds the file: SQLite answers the switch with
-    "database is locked" at once, without its busy handler (that wait could deadlock), when several
-    processes open a new file together (the first start of `--workers N`)."""
-    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)
 
 
 class SqliteDatabase:
@@ -57,7 +43,7 @@ class SqliteDatabase:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                  timeout=_BUSY_TIMEOUT_MS / 1000)
             db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-            _into_wal(db)
+            into_wal(db, _BUSY_TIMEOUT_MS / 1000)
             db.execute("PRAGMA synchronous=FULL")  # a committed key or spend batch survives a power loss
             db.execute("PRAGMA foreign_keys=ON")
             self._db = db
