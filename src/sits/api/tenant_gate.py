@@ -59,14 +59,19 @@ class HttpTenantGate:
         self._request: HttpRequest | None = None  # the request the hook last authenticated, its key and team
         self._key: KeyRecord | None = None
         self._team: TeamRecord | None = None
+        self._warns = False  # whether the last key (of its team) can pass a soft budget: told when either changes
+        self._warns_for: tuple[KeyRecord | None, TeamRecord | None] = (None, None)
         self._warnings: dict[int, str] = {}  # id(request) -> soft-budget warning, until its answer takes it
 
     def before(self, request: HttpRequest, path: str) -> None:
         """The dispatcher's hook: 401 for a data-plane request without a usable key."""
         if path in self._paths:
             key = self._key = self.gate.authenticate(_bearer(request))
-            self._team = self.gate.team_of(key)
+            team = self._team = self.gate.team_of(key)
             self._request = request
+            known_key, known_team = self._warns_for
+            if key is not known_key or team is not known_team:  # records are replaced, not changed, on reload
+                self._warns, self._warns_for = self.gate.may_warn(key, team), (key, team)
 
     def authenticate_call(self, request: HttpRequest) -> None:
         """For a door without the dispatcher's hook (gRPC, its metadata as `request`): 401 without a
@@ -127,7 +132,7 @@ class HttpTenantGate:
         budget can earn one: other requests get the route's own coroutine, no wrapper around it."""
         def gated(request: HttpRequest, request_id: str) -> Awaitable[HttpResponse | StreamingResponse]:
             key = self._key
-            if self._request is request and key is not None and not self.gate.may_warn(key, self._team):
+            if self._request is request and key is not None and not self._warns:
                 return route(request, request_id)
             return warned(request, request_id)
 

@@ -124,18 +124,25 @@ class Ticket:
         return {"sits.key_id": self.key.key_id, "sits.team": self.key.team_id}
 
 
-class _Shape(NamedTuple):
-    key: KeyRecord
-    team: TeamRecord | None
-    table: RoutingTable
-    until: float  # wall seconds
-    plan: Plan | None  # None: no limit and no budget applies
-    price: Price | None  # what a reservation is priced at
-    budgets: tuple[tuple[str, str, Budget], ...]
-    soft: tuple[float, ...]  # each budget's soft limit in nano-USD (inf: none); empty when no budget has one
-    team_label: str
-    admitted: tuple[str, str, str]  # the metric's labels
-    counted: Count  # the admitted requests' series of that metric
+class _Shape:
+    """What a key, its team and a model add up to (`TenantGate._shape`). A native class, not a named tuple:
+    the request path reads several of its fields per request, a struct read each compiled."""
+
+    __slots__ = ("key", "team", "table", "until", "plan", "price", "budgets", "soft", "team_label", "admitted",
+                 "counted")
+
+    def __init__(self, key: KeyRecord, team: TeamRecord | None, table: RoutingTable, until: float, plan: Plan | None,
+                 price: Price | None, budgets: tuple[tuple[str, str, Budget], ...], soft: tuple[float, ...],
+                 team_label: str, admitted: tuple[str, str, str], counted: Count) -> None:
+        self.key, self.team, self.table = key, team, table
+        self.until = until  # wall seconds
+        self.plan = plan  # None: no limit and no budget applies
+        self.price = price  # what a reservation is priced at
+        self.budgets = budgets
+        self.soft = soft  # each budget's soft limit in nano-USD (inf: none); empty when no budget has one
+        self.team_label = team_label
+        self.admitted = admitted  # the metric's labels
+        self.counted = counted  # the admitted requests' series of that metric
 
 
 class TenantGate:

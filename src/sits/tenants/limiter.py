@@ -27,7 +27,6 @@ from typing import Any, NamedTuple
 
 from sits.tenants.limit_scripts import BATCH, USAGE_LUA
 from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire
-from sits.tuples import new_tuple
 
 log = logging.getLogger("sits.tenants")
 
@@ -109,15 +108,19 @@ class Denied(NamedTuple):
     reset_at_ms: int  # 0: never (a total budget)
 
 
-class Reservation(NamedTuple):
-    """What a request took; given back or corrected at settlement on the backend that took it."""
+class Reservation:
+    """What a request took; given back or corrected at settlement on the backend that took it. A native
+    class, not a named tuple: made and read once per request, each field a struct read compiled."""
 
-    plan: Plan
-    member: str
-    backend: str  # "redis" or "local"
-    # Each budget check's counter before this request (nano-USD) as the script answered it: "1,<v>,<v>..."
-    # (b"" without budgets). Read only where a soft budget is checked: `budget_spent`.
-    budget_answer: bytes
+    __slots__ = ("plan", "member", "backend", "budget_answer")
+
+    def __init__(self, plan: Plan, member: str, backend: str, budget_answer: bytes) -> None:
+        self.plan = plan
+        self.member = member
+        self.backend = backend  # "redis" or "local"
+        # Each budget check's counter before this request (nano-USD) as the script answered it: "1,<v>,<v>..."
+        # (b"" without budgets). Read only where a soft budget is checked: `budget_spent`.
+        self.budget_answer = budget_answer
 
     @property
     def budget_spent(self) -> list[int]:
@@ -349,13 +352,13 @@ class Limiter:
         for (plan, nano, member, _, future), answer in zip(admissions, answers, strict=False):
             outcome: Reservation | Denied
             if answer == b"1":
-                outcome = new_tuple(Reservation, (plan, member, "redis", b""))
+                outcome = Reservation(plan, member, "redis", b"")
             elif answer[0] == 49:  # "1,<budget values>": kept as they came, read when needed
                 answers = self._answers
                 if len(answers) > 10_000:
                     answers.clear()
                 answers[plan] = (answer, nano)
-                outcome = new_tuple(Reservation, (plan, member, "redis", answer))
+                outcome = Reservation(plan, member, "redis", answer)
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")
                 outcome = Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms))

@@ -41,12 +41,16 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     """Usage by kind from a JSON answer (or the last events of a stream), if it has a `usage` object;
     `counts`: its (prompt, completion) tokens when already read, used as they are when the usage has no
     token details."""
+    # No `_details"` anywhere, or the last one before the usage: no token details in it. (No slice
+    # arguments to parse, and no `in`, which first tries a bytes needle as an integer and builds and
+    # clears a TypeError.) Told first: with the counts known and no details, the usage's place is not needed.
+    details = payload.rfind(b'_details"') if counts is not None else -1
+    if details < 0 and counts is not None:
+        return new_tuple(Usage, (counts[0], 0, counts[1], 0))
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
-    # the last `_details"` before the usage: none in it. (No slice arguments to parse, and no `in`, which
-    # first tries a bytes needle as an integer and builds and clears a TypeError.)
-    if counts is not None and payload.rfind(b'_details"') < at:
+    if counts is not None and details < at:
         return new_tuple(Usage, (counts[0], 0, counts[1], 0))
     prompt, completion = _PROMPT.search(payload, at), _COMPLETION.search(payload, at)
     if prompt is None and completion is None:
