@@ -50,7 +50,7 @@ class ChatStreamRelay(PulledRelay):
         self._resume = resume
         self._include_usage = include_usage
         self._tail = self._before = b""  # the stream's last two chunks: where `[DONE]` must be
-        self._last = b""  # the last chunk that carried usage (include_usage puts it before [DONE])
+        self._last = b""  # the last chunk that carried usage, from its usage on (include_usage puts it before [DONE])
         self._accumulator = CompletionAccumulator(seen.api) if answer.cache_key is not None else None
         self._gaps: Buckets | None = self._gaps_of(answer)
         # References only: parsed if the stream breaks (resume), or if it reports no usage (a key's spend).
@@ -69,10 +69,11 @@ class ChatStreamRelay(PulledRelay):
         # rfind(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int and formats a
         # TypeError it then drops, on every event (figures: bench/README.md, "measured"); and where the
         # needle is absent (most reads) CPython's reverse search passes over JSON in half find()'s time
-        if chunk.rfind(b'"usage":{') >= 0:
-            self._last = chunk
+        at = chunk.rfind(b'"usage":{')
+        if at >= 0:
+            self._last = chunk[at:]  # the usage and what follows it: all that is read of it, and soon
             if self._strip_usage:
-                chunk = without_usage_event(chunk)
+                chunk = without_usage_event(chunk, at)
         # The stream's last two chunks, by reference, for the [DONE] check (which may straddle them).
         self._before, self._tail = self._tail, chunk
         if self._accumulator is not None:
@@ -161,15 +162,16 @@ class ChatStreamRelay(PulledRelay):
         return pulled_relays.chat_chunks(self, self._include_usage)
 
 
-_PULLED = PulledSink()
-_DONE_EVENT = b"data: [DONE]\n\n"  # until push() or chunks() puts their own sink in
+_PULLED = PulledSink()  # until push() or chunks() puts their own sink in
+_DONE_EVENT = b"data: [DONE]\n\n"
 
 
-def without_usage_event(chunk: bytes) -> bytes:
+def without_usage_event(chunk: bytes, at: int = -1) -> bytes:
     """`chunk` without its usage-only event (`"choices":[]`, as servers write the usage a request asked
     for). A usage that rides on an event with choices stays: a client's SDK reads it as an optional
-    field. An event cut across two reads is left as it is."""
-    at = chunk.find(b'"usage":{')
+    field. An event cut across two reads is left as it is. `at`: where its `"usage":{` is, when known."""
+    if at < 0:
+        at = chunk.rfind(b'"usage":{')
     start = chunk.rfind(b"\n\n", 0, at)
     start = 0 if start < 0 else start + 2
     end = chunk.find(b"\n\n", at)
