@@ -1,15 +1,17 @@
 """Syscalls per request of `sits serve` under load (strace -c), non-streaming and streaming.
 
-    python bench/sits_syscalls.py          # needs strace; ~20 s
+    python bench/sits_syscalls.py                   # needs strace; ~20 s
+    python bench/sits_syscalls.py --connections 1   # one client at a time (the added-p50 cell)
 
-Starts the bench upstream and SITS (pinned like run_gateway_bench.py), drives each mode with
-wrk -c16, attaches `strace -c -f` to SITS for 3 s and divides the counts by the completions
-the upstream answered meanwhile. Throughput under strace means nothing; the counts per request
+Starts the bench upstream and SITS (pinned like run_gateway_bench.py), drives each mode with wrk (16
+connections, or `--connections`), attaches `strace -c -f` to SITS for 3 s and divides the counts by the
+completions the upstream answered meanwhile. Throughput under strace means nothing; the counts per request
 do: a proxy needs 2 reads + 2 writes per non-streaming request at least.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -25,7 +27,10 @@ from processes import ProcessSet  # noqa: E402
 from targets import start_sits, start_upstream  # noqa: E402
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--connections", type=int, default=16, help="wrk's concurrent connections")
+    args = ap.parse_args(argv)
     procs = ProcessSet(BENCH_DIR / "results" / "tmp" / "logs")
     try:
         up = start_upstream(procs, "1")
@@ -36,7 +41,7 @@ def main() -> int:
                 body.write_bytes(body_bytes(stream))
                 env = dict(os.environ, BENCH_BODY_FILE=str(body))
                 url = f"http://127.0.0.1:{sits.port}/v1/chat/completions"
-                wrk = subprocess.Popen(["taskset", "-c", "1", "wrk", "-t1", "-c16", "-d6s", "-s", str(WRK_LUA), url],
+                wrk = subprocess.Popen(["taskset", "-c", "1", "wrk", "-t1", f"-c{args.connections}", "-d6s", "-s", str(WRK_LUA), url],
                                        env=env, stdout=subprocess.DEVNULL)
                 try:
                     time.sleep(1.5)

@@ -30,6 +30,7 @@ from sits.pipeline.context import RoutingRequest
 from sits.pipeline.director import Director
 from sits.pipeline.stream_resume import generated_text, partial_answer
 from sits.telemetry.metrics import Buckets
+from sits.translate.sse import DONE_EVENT
 
 log = logging.getLogger("sits.api")
 
@@ -89,7 +90,7 @@ class ChatStreamRelay(PulledRelay):
         return self._sink.send(chunk)
 
     def check_complete(self) -> None:
-        if self._tail[-14:] == _DONE_EVENT:
+        if self._tail[-14:] == DONE_EVENT:
             return  # the usual end: the last chunk ends with the whole [DONE] event
         if (self._before[-16:] + self._tail[-16:]).find(b"[DONE]") < 0:
             raise UpstreamProtocolError(f"upstream {self._answer.source} ended the stream without [DONE]")
@@ -163,7 +164,6 @@ class ChatStreamRelay(PulledRelay):
 
 
 _PULLED = PulledSink()  # until push() or chunks() puts their own sink in
-_DONE_EVENT = b"data: [DONE]\n\n"
 
 
 def without_usage_event(chunk: bytes, at: int = -1) -> bytes:

@@ -23,6 +23,7 @@ import httptools
 from sits.api.connection_tracker import ConnectionTracker
 from sits.api.http_types import Handler, HttpRequest, HttpResponse, StreamingResponse
 from sits.errors import HeadersTooLarge, InvalidRequest, PayloadTooLarge, SitsError
+from sits.translate.sse import DONE_EVENT
 
 log = logging.getLogger("sits.http")
 
@@ -32,16 +33,26 @@ _STATUS_LINES: Final = {
     s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus
 }
 _MAX_PIPELINED: Final = 16
-_DONE_EVENT: Final = b"data: [DONE]\n\n"
 # An HTTP/1.1 chunk's size line for the sizes events mostly have: a lookup, then one formatted literal
 # (`_chunk`), where `b"%x..." % ...` is parsed at every event (about 1k instructions in callgrind).
 _CHUNK_SIZES: Final = tuple(b"%x" % n for n in range(8192))
 
 
+def _size_line(size: int) -> bytes:
+    return _CHUNK_SIZES[size] if size < 8192 else b"%x" % size
+
+
 def _chunk(data: bytes) -> bytes:
-    """`data` framed as one HTTP/1.1 chunk."""
-    size = len(data)
-    return b"%b\r\n%b\r\n" % (_CHUNK_SIZES[size] if size < 8192 else b"%x" % size, data)
+    """`data` framed as one HTTP/1.1 chunk: a stream's every event (a literal format, one allocation)."""
+    return b"%b\r\n%b\r\n" % (_size_line(len(data)), data)
+
+
+def _edge_chunk(data: bytes, head: bytes, last: bool) -> bytes:
+    """`data` framed after `head` (the status line and headers, sent with the first chunk) and, when `last`,
+    followed by the body's terminator: one write."""
+    return b"".join((head, _size_line(len(data)), b"\r\n", data, b"\r\n0\r\n\r\n" if last else b"\r\n"))
+
+
 # Header names as sent -> lower-case str: clients send the same few names on every request, and a
 # lookup costs less than decoding and lower-casing each one. Bounded: odd names are decoded each time.
 _HEADER_NAMES: Final[dict[bytes, str]] = {}
@@ -312,13 +323,12 @@ class HttpServerProtocol(asyncio.Protocol):
                     continue
                 if self._closed:
                     return
-                framed = _chunk(chunk)
-                if chunk.endswith(b"data: [DONE]\n\n"):
-                    framed += b"0\r\n\r\n"  # the stream's last event: close the body in the same write
-                    terminated = True
-                if pending is not None:
-                    framed, pending = pending + framed, None
-                transport.write(framed)
+                terminated = chunk[-14:] == DONE_EVENT  # the stream's last event: the body closes in its write
+                if pending is None and not terminated:
+                    transport.write(_chunk(chunk))
+                else:
+                    transport.write(_edge_chunk(chunk, pending or b"", terminated))
+                    pending = None
                 if self._write_paused:
                     await self._drain()
             if not self._closed:
@@ -384,16 +394,14 @@ class _ChunkedSink:
             return True
         if not chunk or self.terminated:
             return conn._write_paused
-        size = len(chunk)
-        # The head (first chunk only), the chunk framed, and after the stream's last event the body's
-        # terminator, joined into one write. A slice compare: bytes.endswith parses its arguments every call.
-        done = chunk[-14:] == _DONE_EVENT
+        # After the stream's last event the body closes in the same write. A slice compare: bytes.endswith
+        # parses its arguments every call.
+        done = chunk[-14:] == DONE_EVENT
         head = self.head
         if head is None and not done:
-            self._transport.write(_chunk(chunk))
+            self._transport.write(_chunk(chunk))  # most of a stream
             return conn._write_paused
         self.head = None
         self.terminated = done
-        self._transport.write(b"".join((head or b"", _CHUNK_SIZES[size] if size < 8192 else b"%x" % size, b"\r\n",
-                                        chunk, b"\r\n0\r\n\r\n" if done else b"\r\n")))
+        self._transport.write(_edge_chunk(chunk, head or b"", done))
         return conn._write_paused

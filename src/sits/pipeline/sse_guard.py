@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sits.errors import SitsError, UpstreamProtocolError
-from sits.translate.sse import SHORT_READ, one_event, refuse_malformed
+from sits.translate.sse import DONE_EVENT, SHORT_READ, one_event, refuse_malformed
 
 _MAX_LINE = 4 * 1024 * 1024
 
@@ -96,7 +96,7 @@ def _whole_events(data: bytes) -> bool:
     return first_end == size - 2 or (first_end == size - 16 and rest[-16:] == _DONE_AT_END)
 
 
-_DONE_AT_END = b"\n\ndata: [DONE]\n\n"
+_DONE_AT_END = b"\n\n" + DONE_EVENT
 
 
 def _unset(_: object) -> bool:

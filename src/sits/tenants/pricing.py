@@ -41,17 +41,16 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     """Usage by kind from a JSON answer (or the last events of a stream), if it has a `usage` object;
     `counts`: its (prompt, completion) tokens when already read, used as they are when the usage has no
     token details."""
-    # No `_details"` anywhere, or the last one before the usage: no token details in it. (No slice
-    # arguments to parse, and no `in`, which first tries a bytes needle as an integer and builds and
-    # clears a TypeError.) Told first: with the counts known and no details, the usage's place is not needed.
-    details = payload.rfind(b'_details"') if counts is not None else -1
-    if details < 0 and counts is not None:
-        return new_tuple(Usage, (counts[0], 0, counts[1], 0))
+    if counts is not None:
+        # No `_details"` at or after the usage: no token details in it, the counts are the usage. Told
+        # without the usage's place when there is no `_details"` at all (the common case: one search).
+        # (No slice arguments to parse, and no `in`, which first tries a bytes needle as an integer.)
+        details = payload.rfind(b'_details"')
+        if details < 0 or details < payload.rfind(b'"usage":'):
+            return new_tuple(Usage, (counts[0], 0, counts[1], 0))
     at = payload.rfind(b'"usage":')
     if at < 0:
         return None
-    if counts is not None and details < at:
-        return new_tuple(Usage, (counts[0], 0, counts[1], 0))
     prompt, completion = _PROMPT.search(payload, at), _COMPLETION.search(payload, at)
     if prompt is None and completion is None:
         return None

@@ -12,8 +12,6 @@ from sits.errors import UpstreamProtocolError
 MAX_LINE = 4 * 1024 * 1024  # one event's bytes; a longer line is a broken stream, not a big answer
 DONE = b"[DONE]"
 _FIELDS: Final = (b"data:", b":", b"event:", b"id:", b"retry:")
-
-
 _NEWLINE: Final = 10  # tested for by value: `10 in data` is a memchr
 SHORT_READ: Final = 2048  # a token's event is shorter: copied and tested in one memchr, cheaper than a search call
 
@@ -124,7 +122,7 @@ def data_event(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-DONE_EVENT = b"data: [DONE]\n\n"
+DONE_EVENT: Final = b"data: [DONE]\n\n"  # how every chat stream ends
 
 
 # The decimals a stream's sequence numbers and indices mostly are, written once: a lookup instead of a
