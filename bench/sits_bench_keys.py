@@ -2,9 +2,10 @@
 key gate, for `bench_instructions.py --tenants`: the key gate, its limits and its budget priced on the
 real serving path without a key store on disk.
 
-The key is `BENCH_KEY` of team `bench-team`, hashed under $SITS_KEY_SECRET, with per-key rpm, tpm and
-concurrency limits and a daily hard budget, all far above what the bench sends (nothing is refused:
-the figure is the cost of checking, reserving and settling). Spend records are counted, not stored.
+The key is `BENCH_KEY` of team `bench-team`, hashed under $SITS_KEY_SECRET and held by the gateway's
+own key directory, with per-key rpm, tpm and concurrency limits and a daily hard budget, all far above
+what the bench sends (nothing is refused: the figure is the cost of checking, reserving and settling).
+Spend records are counted, not stored.
 """
 
 from __future__ import annotations
@@ -15,24 +16,22 @@ from typing import Any
 
 import sits.serve
 from sits.app import Gateway
+from sits.tenants.directory import LiveKeyDirectory
 from sits.tenants.records import Budget, KeyRecord, Limits, SpendRecord, TeamRecord, hash_key
+from sits.tenants.store import Snapshot, TenantStore
 
 BENCH_KEY = os.environ.get("SITS_BENCH_KEY", "sk-bench-tenant-key")
 
 
-class BenchKeys:
-    def __init__(self, secret: bytes) -> None:
-        key = KeyRecord(key_id="key_bench", name="bench", team_id="bench-team", key_hash=hash_key(BENCH_KEY, secret),
-                        limits=Limits(rpm=10_000_000, tpm=10_000_000_000, concurrency=10_000),
-                        budget=Budget("daily", hard_usd=1_000_000.0))
-        self._keys = {key.key_hash: key}
-        self._team = TeamRecord("bench-team", "bench", budget=Budget("monthly", hard_usd=10_000_000.0))
-
-    def by_hash(self, key_hash: bytes) -> KeyRecord | None:
-        return self._keys.get(key_hash)
-
-    def team(self, team_id: str) -> TeamRecord | None:
-        return self._team if team_id == "bench-team" else None
+def bench_directory(secret: bytes) -> LiveKeyDirectory:
+    """The gateway's own key directory, holding the bench key and its team (no store read: `load`)."""
+    key = KeyRecord(key_id="key_bench", name="bench", team_id="bench-team", key_hash=hash_key(BENCH_KEY, secret),
+                    limits=Limits(rpm=10_000_000, tpm=10_000_000_000, concurrency=10_000),
+                    budget=Budget("daily", hard_usd=1_000_000.0))
+    team = TeamRecord("bench-team", "bench", budget=Budget("monthly", hard_usd=10_000_000.0))
+    directory = LiveKeyDirectory(TenantStore(None), refresh_s=3600.0)  # type: ignore[arg-type]  # never started
+    directory.load(Snapshot(version=1, teams=(team,), keys=(key,)))
+    return directory
 
 
 class CountingSink:
@@ -46,7 +45,7 @@ class CountingSink:
 class BenchGateway(Gateway):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         secret = os.environ["SITS_KEY_SECRET"].encode()
-        super().__init__(*args, key_directory=BenchKeys(secret), spend_sink=CountingSink(), **kwargs)
+        super().__init__(*args, key_directory=bench_directory(secret), spend_sink=CountingSink(), **kwargs)
 
 
 sits.serve.Gateway = BenchGateway  # type: ignore[misc]

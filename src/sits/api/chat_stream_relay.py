@@ -51,7 +51,7 @@ class ChatStreamRelay(PulledRelay):
         self._resume = resume
         self._include_usage = include_usage
         self._tail = self._before = b""  # the stream's last two chunks: where `[DONE]` must be
-        self._last = b""  # the last chunk that carried usage, from its usage on (include_usage puts it before [DONE])
+        self._last = b""  # the usage event and what follows it (`_usage`), once the stream ended
         self._accumulator = CompletionAccumulator(seen.api) if answer.cache_key is not None else None
         self._gaps: Buckets | None = self._gaps_of(answer)
         # References only: parsed if the stream breaks (resume), or if it reports no usage (a key's spend).
@@ -67,13 +67,12 @@ class ChatStreamRelay(PulledRelay):
     def deliver(self, chunk: bytes) -> bool:
         """See one chunk (usage, the tail, the gap since the last one, the cache and resume copies) and
         send it on; True when the client's buffer is full. The one per-event path of both ways."""
-        # rfind(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int and formats a
-        # TypeError it then drops, on every event (figures: bench/README.md, "measured"); and where the
-        # needle is absent (most reads) CPython's reverse search passes over JSON in half find()'s time
-        at = chunk.rfind(b'"usage":{')
-        if at >= 0:
-            self._last = chunk[at:]  # the usage and what follows it: all that is read of it, and soon
-            if self._strip_usage:
+        if self._strip_usage:  # the usage event comes out of what the client gets: looked for in each chunk
+            # rfind(), not `in`: on 3.11 `bytes in bytes` first tries the operand as an int and formats a
+            # TypeError it then drops (bench/README.md, "measured")
+            at = chunk.rfind(b'"usage":{')
+            if at >= 0:
+                self._last = chunk[at:]  # the usage and what follows it: all that is read of it, and soon
                 chunk = without_usage_event(chunk, at)
         # The stream's last two chunks, by reference, for the [DONE] check (which may straddle them).
         self._before, self._tail = self._tail, chunk
@@ -113,9 +112,27 @@ class ChatStreamRelay(PulledRelay):
         # An SSE comment: clients skip it, a person reading the wire sees the splice.
         return f": sits resumed the answer on {resumed.source} after {exc.code}\n\n".encode()
 
+    def _usage(self) -> bytes:
+        """The stream's usage event and what follows it. A server writes the usage just before `[DONE]`
+        (the event a request's `include_usage` asks for, or the last of those that carry it on every
+        event), so it is in the last two chunks, kept anyway for the `[DONE]` check: looked for there
+        once, at the end, not in every chunk on the way (`_last` when a stripped event was kept)."""
+        if self._last:
+            return self._last
+        tail = self._tail
+        at = tail.rfind(b'"usage":{')
+        if at >= 0:
+            return tail[at:]
+        if not self._before:
+            return b""
+        both = self._before + tail  # an event cut across the two reads is found whole
+        at = both.rfind(b'"usage":{')
+        return both[at:] if at >= 0 else b""
+
     def end(self, status: int) -> None:
         answer = self._answer
         tenant = self._seen.tenant
+        self._last = self._usage()
         if tenant is not None and not self._last and self._sent:  # no usage event: the key's spend is counted
             tenant.generated = generated_text(self._sent)
         self._seen.served(answer.model, answer.source, answer.route, answer.attempts, answer.first_byte_at,

@@ -10,7 +10,7 @@ second lookup, so the keyed hash is computed once per request.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Final
 
 from sits.api.auth import bearer_token
 from sits.api.dispatch import Route
@@ -25,8 +25,8 @@ from sits.tenants.gate import TenantGate
 from sits.tenants.records import KeyRecord, TeamRecord
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
-USER_HEADER = "x-sits-user"
-WARNING_HEADER = b"x-sits-budget-warning"
+USER_HEADER: Final = "x-sits-user"
+WARNING_HEADER: Final = b"x-sits-budget-warning"
 
 
 class PromptTokens:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import calendar
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from sits.tenants.limiter import BUDGET, Check
 from sits.tenants.records import Budget, Period
 
-NANO = 1_000_000_000  # budgets are counted in integer nano-USD
-_DAY_S = 86_400
+NANO: Final = 1_000_000_000  # budgets are counted in integer nano-USD
+_DAY_S: Final = 86_400
 
 # (scope "key" or "team", its id, period) -> USD spent so far in the current period
 PeriodSpend = Callable[[str, str, Period], float]

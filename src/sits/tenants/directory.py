@@ -1,7 +1,8 @@
 """The live key directory: every key and team in memory, what the data plane reads per request.
 
-Lookups are one dict read (`by_hash`); nothing touches the database on a request. A background task
-reads the store's version every `refresh_s` and, only when it moved, loads a snapshot and swaps both
+Lookups are one dict read (`by_hash`); nothing touches the database on a request (the module is
+compiled with the request path: docs/hot-path.md). A background task reads the store's version every
+`refresh_s` and, only when it moved, loads a snapshot and swaps both
 dicts whole (readers see the old or the new, never a mix). A change made through this replica is
 announced to the others through the cluster document (`announce`, tenants/key_notices.py), which poke
 their directories: a key revoked or changed through any replica stops working (or changes) on every
@@ -18,7 +19,7 @@ from collections.abc import Callable
 
 from sits.runtime.tasks import cancel_and_wait
 from sits.tenants.records import KeyRecord, TeamRecord
-from sits.tenants.store import TenantStore
+from sits.tenants.store import Snapshot, TenantStore
 
 log = logging.getLogger("sits.tenants")
 
@@ -60,11 +61,14 @@ class LiveKeyDirectory:
         """Reload when the store's version moved; whether it did."""
         if await self._store.version() == self.version:
             return False
-        snapshot = await self._store.snapshot()
+        self.load(await self._store.snapshot())
+        return True
+
+    def load(self, snapshot: Snapshot) -> None:
+        """Hold `snapshot`'s keys and teams: both dicts swapped whole (readers see the old or the new)."""
         self._by_hash = {key.key_hash: key for key in snapshot.keys}
         self._teams = {team.team_id: team for team in snapshot.teams}
         self.version = snapshot.version
-        return True
 
     def poke(self) -> None:
         """Refresh soon, in the background."""

@@ -11,14 +11,13 @@ in a log, a span or a metric: its public `key_id` and its team.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import math
 import os
 import time
 from collections.abc import Callable
 from fnmatch import fnmatchcase
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from sits.errors import Forbidden, RateLimited, Unauthorized
 from sits.state.routing_table import RoutingTable
@@ -44,13 +43,13 @@ from sits.tuples import new_tuple
 
 log = logging.getLogger("sits.tenants")
 
-AUTO = "auto"
-_MAX_USER_CHARS = 256
-_NO_USAGE = Usage()
-_ANY_MODEL = ("*",)
-_MAX_REMEMBERED_KEYS = 10_000
-_SHAPE_TTL_S = 60.0  # a budget counter's seed is read again after this long
-_NANO_PER_MILLION = NANO / 1_000_000  # prices are per million tokens, budgets counted in nano-USD
+AUTO: Final = "auto"
+_MAX_USER_CHARS: Final = 256
+_NO_USAGE: Final = Usage()
+_ANY_MODEL: Final = ("*",)
+_MAX_REMEMBERED_KEYS: Final = 10_000
+_SHAPE_TTL_S: Final = 60.0  # a budget counter's seed is read again after this long
+_NANO_PER_MILLION: Final = NANO / 1_000_000  # prices are per million tokens, budgets counted in nano-USD
 
 
 class GateSettings(NamedTuple):
@@ -128,16 +127,20 @@ class _Shape:
     """What a key, its team and a model add up to (`TenantGate._shape`). A native class, not a named tuple:
     the request path reads several of its fields per request, a struct read each compiled."""
 
-    __slots__ = ("key", "team", "table", "until", "plan", "price", "budgets", "soft", "team_label", "admitted",
-                 "counted")
+    __slots__ = ("key", "team", "table", "until", "allowed", "plan", "priced", "input_nano", "output_nano", "budgets",
+                 "soft", "team_label", "admitted", "counted")
 
-    def __init__(self, key: KeyRecord, team: TeamRecord | None, table: RoutingTable, until: float, plan: Plan | None,
-                 price: Price | None, budgets: tuple[tuple[str, str, Budget], ...], soft: tuple[float, ...],
-                 team_label: str, admitted: tuple[str, str, str], counted: Count) -> None:
+    def __init__(self, key: KeyRecord, team: TeamRecord | None, table: RoutingTable, until: float, allowed: bool,
+                 plan: Plan | None, price: Price | None, budgets: tuple[tuple[str, str, Budget], ...],
+                 soft: tuple[float, ...], team_label: str, admitted: tuple[str, str, str], counted: Count) -> None:
         self.key, self.team, self.table = key, team, table
         self.until = until  # wall seconds
+        self.allowed = allowed  # whether the key may use the model
         self.plan = plan  # None: no limit and no budget applies
-        self.price = price  # what a reservation is priced at
+        # What a reservation is priced at, in nano-USD a token (priced: a budget applies and the model has a price).
+        self.priced = plan is not None and bool(plan.budgets) and price is not None
+        self.input_nano = price.input * _NANO_PER_MILLION if price is not None else 0.0
+        self.output_nano = price.output * _NANO_PER_MILLION if price is not None else 0.0
         self.budgets = budgets
         self.soft = soft  # each budget's soft limit in nano-USD (inf: none); empty when no budget has one
         self.team_label = team_label
@@ -161,10 +164,12 @@ class TenantGate:
         self._settings = settings
         self._wall = wall
         self._prices = PriceBook()
-        self._members = itertools.count(1)
+        self._default_output = settings.default_output_reservation
+        self._member_no = 0
         self._member_prefix = os.urandom(6).hex() + "-"  # lease ids unique across replicas and restarts
         self._shapes: dict[tuple[int, int, str], _Shape] = {}
         self._hashes: dict[str, bytes] = {}  # presented key -> its keyed hash, for keys that exist
+        self._endless: KeyRecord | None = None
         self._warned: set[str] = set()
 
     # -- who, and what for ------------------------------------------------------------------
@@ -192,7 +197,10 @@ class TenantGate:
         if key is None:
             self.metrics.requests.inc(("none", "none", "unauthorized"))
             raise Unauthorized("invalid API key")
+        if key is self._endless:
+            return key  # the last key found to have no end (records are replaced, never changed, on reload)
         if key.revoked_at is None and key.expires_at is None and key.valid_until is None:
+            self._endless = key
             return key  # no end of any kind: usable (the common case, without a call)
         now = self._wall()
         if not key.usable_at(now):
@@ -202,12 +210,9 @@ class TenantGate:
 
     def check_model(self, key: KeyRecord, model: str, table: RoutingTable) -> None:
         """403 naming what the key may use when `model` (or the model an alias points to) is not allowed."""
+        if key.allowed_models == _ANY_MODEL or _may_use(key, model, table):
+            return
         allowed = key.allowed_models
-        if allowed == ("*",):
-            return
-        target = table.aliases.get(model)
-        if any(fnmatchcase(model, p) or (target is not None and fnmatchcase(target, p)) for p in allowed):
-            return
         self.metrics.requests.inc((self.metrics.team(key.team_id), self._model_label(model, table), "forbidden"))
         raise Forbidden(f"API key {key.key_id} may not use model '{model}'; it may use: {', '.join(allowed)}",
                         param="model", code="model_not_allowed")
@@ -234,32 +239,35 @@ class TenantGate:
         if user is not None and len(user) > _MAX_USER_CHARS:
             user = user[:_MAX_USER_CHARS]
         table = self._table()
-        if key.allowed_models != _ANY_MODEL:
+        shape = self._shapes.get((id(key), id(team), model))
+        if shape is None or shape.key is not key or shape.team is not team or shape.table is not table \
+                or self._wall() >= shape.until:
+            shape = self._shape(key, team, model, table, self._wall())
+        if not shape.allowed:
             try:
                 self.check_model(key, model, table)
             except Forbidden:
                 self._refused(key, model, user, request_id, Forbidden.http_status)
                 raise
-        shape = self._shapes.get((id(key), id(team), model))
-        if shape is None or shape.key is not key or shape.team is not team or shape.table is not table \
-                or self._wall() >= shape.until:
-            shape = self._shape(key, team, model, table, self._wall())
         ticket = Ticket(self, key, team, user, model, request_id, table, shape)
         plan = shape.plan
         if plan is None:  # nothing to count: no Redis round trip at all
             shape.counted.value += 1.0
             return ticket
         prompt = self._prompt_tokens(model, prompt_text) if plan.tokens or plan.budgets else 0
-        output = max_tokens if max_tokens is not None else self._settings.default_output_reservation
-        price = shape.price
-        reserve_nano = math.ceil((prompt * price.input + output * price.output) * _NANO_PER_MILLION) \
-            if plan.budgets and price is not None else 0
+        output = max_tokens if max_tokens is not None else self._default_output
+        reserve_nano = math.ceil(prompt * shape.input_nano + output * shape.output_nano) if shape.priced else 0
         ticket.prompt_tokens, ticket.output_tokens, ticket.reserved_nano = prompt, output, reserve_nano
-        outcome = self.limiter.reserve(plan, prompt + output, reserve_nano, f"{self._member_prefix}{next(self._members)}")
+        outcome = self.limiter.reserve(plan, prompt + output, reserve_nano, self._member())
         if isinstance(outcome, asyncio.Future):
             ticket.pending = outcome
             return ticket
         return self.end(ticket, outcome)
+
+    def _member(self) -> str:
+        """A new lease id, unique across replicas and restarts."""
+        self._member_no += 1
+        return f"{self._member_prefix}{self._member_no}"
 
     def end(self, ticket: Ticket, outcome: Reservation | Denied | RedisUnavailable) -> Ticket:
         """The second half of `admit`: what the limiter answered (Redis's failure: counted here alone)."""
@@ -268,7 +276,7 @@ class TenantGate:
         limiter = self.limiter
         if type(outcome) is RedisUnavailable:
             outcome = limiter.alone(shape.plan, ticket.prompt_tokens + ticket.output_tokens,  # type: ignore[arg-type]
-                                    ticket.reserved_nano, f"{self._member_prefix}{next(self._members)}", outcome)
+                                    ticket.reserved_nano, self._member(), outcome)
         if limiter.mode != "redis":
             self.metrics.local_admissions.inc((limiter.mode,))
         if type(outcome) is Denied:
@@ -321,7 +329,8 @@ class TenantGate:
                 until = min(until, check.period_end_ms / 1000)
         team_label = self.metrics.team(key.team_id)
         admitted = (team_label, self._model_label(model, table), "admitted")
-        shape = _Shape(key, team, table, until, self.limiter.plan(checks) if checks else None,
+        allowed = key.allowed_models == _ANY_MODEL or _may_use(key, model, table)
+        shape = _Shape(key, team, table, until, allowed, self.limiter.plan(checks) if checks else None,
                        self._prices.estimate(table, model), tuple(budgets),
                        tuple(b.soft_usd * NANO if b.soft_usd is not None else math.inf for _, _, b in budgets)
                        if any(b.soft_usd is not None for _, _, b in budgets) else (), team_label,
@@ -360,6 +369,12 @@ class TenantGate:
     @staticmethod
     def _model_label(model: str, table: RoutingTable) -> str:
         return model if model in table.models or model in table.aliases or model == AUTO else "unknown"
+
+
+def _may_use(key: KeyRecord, model: str, table: RoutingTable) -> bool:
+    """Whether `model`, or the model it is an alias of, matches one of the key's allowed patterns."""
+    target = table.aliases.get(model)
+    return any(fnmatchcase(model, p) or (target is not None and fnmatchcase(target, p)) for p in key.allowed_models)
 
 
 def _model_limits(key: KeyRecord, model: str) -> Limits | None:

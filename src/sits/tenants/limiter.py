@@ -23,20 +23,23 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from sits.tenants.limit_scripts import BATCH, USAGE_LUA
 from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire
 
 log = logging.getLogger("sits.tenants")
 
-WINDOW_MS = 60_000  # rpm and tpm are per minute
-RATE, TOKENS, CONCURRENCY, BUDGET = "r", "t", "c", "b"
-KIND_NAMES = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
+WINDOW_MS: Final = 60_000  # rpm and tpm are per minute
+RATE: Final = "r"
+TOKENS: Final = "t"
+CONCURRENCY: Final = "c"
+BUDGET: Final = "b"
+KIND_NAMES: Final = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
 # A finished request's settlement (lease back, tokens and cost corrected) waits at most this long for
 # the next admissions' script call to ride with, then goes alone.
-SETTLE_DELAY_S = 0.02
-_MAX_PENDING_SETTLEMENTS = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
+SETTLE_DELAY_S: Final = 0.02
+_MAX_PENDING_SETTLEMENTS: Final = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
 
 class Check(NamedTuple):
     """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or

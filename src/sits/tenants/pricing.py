@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Final
 
 from sits.state.routing_table import ModelEntry, RoutingTable
 from sits.tenants.records import Price, Usage
 from sits.tuples import new_tuple
 
-FREE_SOURCES = frozenset({"cache", "static-template"})  # answered without calling a model
-_PER_TOKEN = 1e-6  # prices are per million tokens
+FREE_SOURCES: Final = frozenset({"cache", "static-template"})  # answered without calling a model
+_PER_TOKEN: Final = 1e-6  # prices are per million tokens
 
-_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-_CACHED = re.compile(rb'"cached_tokens"\s*:\s*(\d+)')
-_REASONING = re.compile(rb'"reasoning_tokens"\s*:\s*(\d+)')
+_PROMPT: Final = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_COMPLETION: Final = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_CACHED: Final = re.compile(rb'"cached_tokens"\s*:\s*(\d+)')
+_REASONING: Final = re.compile(rb'"reasoning_tokens"\s*:\s*(\d+)')
 
 
 def cost_usd(price: Price | None, usage: Usage) -> float:
@@ -55,8 +56,8 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     if prompt is None and completion is None:
         return None
     cached, reasoning = _CACHED.search(payload, at), _REASONING.search(payload, at)
-    return Usage(int(prompt[1]) if prompt else 0, int(cached[1]) if cached else 0,
-                 int(completion[1]) if completion else 0, int(reasoning[1]) if reasoning else 0)
+    return new_tuple(Usage, (int(prompt[1]) if prompt else 0, int(cached[1]) if cached else 0,
+                             int(completion[1]) if completion else 0, int(reasoning[1]) if reasoning else 0))
 
 
 class PriceBook:
