@@ -39,6 +39,7 @@ class FakeUpstream:
         self.stream_chunks = stream_chunks
         self.chunk_delay = chunk_delay
         self.chunk_padding = 0  # extra characters in each streamed token (a long stream in few events)
+        self.usage_split = False  # the usage event written in two parts, apart, and [DONE] after them
         self.log = UpstreamLog()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -142,7 +143,15 @@ class FakeUpstream:
                 usage = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
                          "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": self.stream_chunks,
                                                   "total_tokens": 5 + self.stream_chunks}}
-                await response.write(b"data: " + orjson.dumps(usage) + b"\n\n")
+                event = b"data: " + orjson.dumps(usage) + b"\n\n"
+                if self.usage_split:  # cut in two reads inside the usage object, [DONE] in a third
+                    cut = event.index(b'"usage":{') + 15
+                    await response.write(event[:cut])
+                    await asyncio.sleep(0.02)
+                    await response.write(event[cut:])
+                    await asyncio.sleep(0.02)
+                else:
+                    await response.write(event)
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
             self.log.completed_streams += 1

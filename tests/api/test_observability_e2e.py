@@ -121,6 +121,20 @@ async def test_sampling_changes_at_runtime_without_restart(upstream, receiver, s
             assert (await r.json())["sampling_ratio"] == 0.1
 
 
+async def test_a_stream_usage_cut_across_reads_is_counted(upstream, start_gateway):
+    # The relay reads a stream's usage once, at its end, from its last chunks: here the usage event comes
+    # in two reads and [DONE] in a third, and the tokens are still counted.
+    upstream.usage_split = True
+    gateway = await start_gateway(config(upstream.url))
+    stream = await sdk(gateway).chat.completions.create(model="m1", messages=MESSAGES, stream=True,
+                                                        stream_options={"include_usage": True})
+    chunks = [chunk async for chunk in stream]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == upstream.stream_chunks
+    m = await scrape(gateway)
+    assert value(m, "sits_tokens_total", model="m1", direction="input") == 5
+    assert value(m, "sits_tokens_total", model="m1", direction="output") == upstream.stream_chunks
+
+
 async def test_metrics_after_real_traffic(upstream, upstream_b, start_gateway):
     upstream.chunk_delay = 0.01  # events arrive apart, so the relay sees gaps between them
     cfg = config(upstream.url, upstream_b.url)

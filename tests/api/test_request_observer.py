@@ -20,10 +20,20 @@ from sits.pipeline.answer import counts_of, stream_usage_of, usage_of
     (b'{"choices":[{"text":"\\"prompt_tokens\\":99"}],"usage":{"completion_tokens":1}}', (0, 1)),
     (b'{"choices":[]}', None),
     (b'{"usage":{"total_tokens":9}}', None),
+    (b'{"usage":{"prompt_tokens":123456789012345678901,"completion_tokens":0}}', (123456789012345678901, 0)),
 ])
 def test_usage_of(payload, usage):
     assert usage_of(payload) == usage
     assert counts_of(json.loads(payload)) == usage  # the same counts from the parsed answer
+
+
+@pytest.mark.parametrize(("payload", "usage"), [
+    (b'{"usage":{"prompt_tokens":12,"completion_tokens":5', (12, 5)),  # cut short: not read by position
+    (b'{"usage":{"prompt_tokens":,"completion_tokens":5}}', (0, 5)),  # no digits: not read by position
+    (b'{"usage":{"prompt_tokens":12,"completion_tokens":}', (12, 0)),
+])
+def test_usage_of_a_usage_that_is_not_json(payload, usage):
+    assert usage_of(payload) == usage
 
 
 def test_stream_usage_only_from_an_event_that_carries_it():

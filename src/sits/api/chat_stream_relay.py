@@ -36,7 +36,8 @@ log = logging.getLogger("sits.api")
 
 
 class ChatStreamRelay(PulledRelay):
-    __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_last",
+    __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_earlier",
+                 "_last",
                  "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_strip_usage")
 
     def __init__(self, answer: Answer, director: Director, seen: Observation, prompt: str,
@@ -50,7 +51,7 @@ class ChatStreamRelay(PulledRelay):
         self._prompt = prompt
         self._resume = resume
         self._include_usage = include_usage
-        self._tail = self._before = b""  # the stream's last two chunks: where `[DONE]` must be
+        self._tail = self._before = self._earlier = b""  # the stream's last three chunks: `[DONE]`, the usage
         self._last = b""  # the usage event and what follows it (`_usage`), once the stream ended
         self._accumulator = CompletionAccumulator(seen.api) if answer.cache_key is not None else None
         self._gaps: Buckets | None = self._gaps_of(answer)
@@ -74,8 +75,9 @@ class ChatStreamRelay(PulledRelay):
             if at >= 0:
                 self._last = chunk[at:]  # the usage and what follows it: all that is read of it, and soon
                 chunk = without_usage_event(chunk, at)
-        # The stream's last two chunks, by reference, for the [DONE] check (which may straddle them).
-        self._before, self._tail = self._tail, chunk
+        # The stream's last three chunks, by reference: the [DONE] check (which may straddle the last two)
+        # and, at the end, the usage (`_usage`).
+        self._earlier, self._before, self._tail = self._before, self._tail, chunk
         if self._accumulator is not None:
             self._accumulator.feed(chunk)
         if self._sent is not None:
@@ -115,8 +117,9 @@ class ChatStreamRelay(PulledRelay):
     def _usage(self) -> bytes:
         """The stream's usage event and what follows it. A server writes the usage just before `[DONE]`
         (the event a request's `include_usage` asks for, or the last of those that carry it on every
-        event), so it is in the last two chunks, kept anyway for the `[DONE]` check: looked for there
-        once, at the end, not in every chunk on the way (`_last` when a stripped event was kept)."""
+        event), so it is in the last chunks, kept anyway: looked for there once, at the end, not in every
+        chunk on the way (`_last` when a stripped event was kept). An event cut across reads is found
+        whole: the last three chunks hold the usage cut in two and `[DONE]` after it."""
         if self._last:
             return self._last
         tail = self._tail
@@ -125,9 +128,12 @@ class ChatStreamRelay(PulledRelay):
             return tail[at:]
         if not self._before:
             return b""
-        both = self._before + tail  # an event cut across the two reads is found whole
-        at = both.rfind(b'"usage":{')
-        return both[at:] if at >= 0 else b""
+        end = self._before + tail
+        at = end.rfind(b'"usage":{')
+        if at < 0 and self._earlier:
+            end = self._earlier + end
+            at = end.rfind(b'"usage":{')
+        return end[at:] if at >= 0 else b""
 
     def end(self, status: int) -> None:
         answer = self._answer
