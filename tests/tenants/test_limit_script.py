@@ -40,18 +40,18 @@ async def test_a_budget_counter_counts_in_place_and_keeps_the_expiry_it_was_crea
     period_end_ms = int(time.time() * 1000) + 3_600_000
     async with _on_redis(key) as (limiter, plain):
         plan = limiter.plan([Check(BUDGET, "key", key, 10_000, seed=500, period_end_ms=period_end_ms)])
-        first = await limiter.admit(plan, 0, 1_000, "m1")
+        first = await limiter.admit(plan, 0, 1_000)
         assert isinstance(first, Reservation) and list(first.budget_spent) == [500]  # seeded from the spend log
         created_ttl = await plain.pttl(key)
         expected = period_end_ms + 86_400_000 - int(time.time() * 1000)
         assert abs(created_ttl - expected) < 5_000
-        second = await limiter.admit(plan, 0, 2_000, "m2")
+        second = await limiter.admit(plan, 0, 2_000)
         assert isinstance(second, Reservation) and list(second.budget_spent) == [1_500]
         assert int(await plain.get(key)) == 3_500
         assert abs(await plain.pttl(key) - created_ttl) < 5_000  # counted in place: the expiry stays
         # 3,500 of 10,000 spent: a request is admitted on what is spent before it, the next one refused
-        assert isinstance(await limiter.admit(plan, 0, 7_000, "m3"), Reservation)
-        assert isinstance(await limiter.admit(plan, 0, 1, "m4"), Denied)
+        assert isinstance(await limiter.admit(plan, 0, 7_000), Reservation)
+        assert isinstance(await limiter.admit(plan, 0, 1), Denied)
 
 
 async def test_counting_alone_starts_from_the_budget_redis_last_answered():
@@ -62,15 +62,15 @@ async def test_counting_alone_starts_from_the_budget_redis_last_answered():
     limiter = Limiter(RedisWire(server.url, timeout_s=0.3), lambda: ["replica-a"], retry_redis_s=60)
     try:
         plan = limiter.plan([Check(BUDGET, "key", _prefix() + "b", 10_000, period_end_ms=0)])
-        assert isinstance(await limiter.admit(plan, 0, 1_000, "m1"), Reservation)
-        second = await limiter.admit(plan, 0, 3_000, "m2")
+        assert isinstance(await limiter.admit(plan, 0, 1_000), Reservation)
+        second = await limiter.admit(plan, 0, 3_000)
         assert isinstance(second, Reservation) and second.budget_spent == [1_000]
         server.stop()
         # 4,000 spent on Redis: alone, 6,000 more are admitted (the request starts under the limit), then none
-        third = await limiter.admit(plan, 0, 7_000, "m3")
+        third = await limiter.admit(plan, 0, 7_000)
         assert limiter.mode == "fallback"
         assert isinstance(third, Reservation) and third.backend == "local" and third.budget_spent == [4_000]
-        assert isinstance(await limiter.admit(plan, 0, 1, "m4"), Denied)
+        assert isinstance(await limiter.admit(plan, 0, 1), Denied)
     finally:
         server.stop()
         await limiter.close()
@@ -81,12 +81,13 @@ async def test_an_expired_lease_is_swept_when_the_set_is_full():
     async with _on_redis(key, lease_s=0.3) as (limiter, plain):
         plan = limiter.plan([Check(CONCURRENCY, "key", key, 2)])
         # two requests whose replica died with them: their leases are never given back
-        assert isinstance(await limiter.admit(plan, 0, 0, "gone-1"), Reservation)
-        assert isinstance(await limiter.admit(plan, 0, 0, "gone-2"), Reservation)
-        assert isinstance(await limiter.admit(plan, 0, 0, "third"), Denied)  # both leases still alive
+        assert isinstance(await limiter.admit(plan, 0, 0), Reservation)
+        assert isinstance(await limiter.admit(plan, 0, 0), Reservation)
+        assert isinstance(await limiter.admit(plan, 0, 0), Denied)  # both leases still alive
         await asyncio.sleep(0.4)  # past the lease
-        assert isinstance(await limiter.admit(plan, 0, 0, "fourth"), Reservation)
-        assert await plain.zrange(key, 0, -1) == [b"fourth"]  # the dead leases were swept
+        fourth = await limiter.admit(plan, 0, 0)
+        assert isinstance(fourth, Reservation)
+        assert await plain.zrange(key, 0, -1) == [limiter.lease_id(fourth).encode()]  # the dead leases were swept
 
 
 async def _script_calls(plain: aioredis.Redis) -> int:
@@ -100,8 +101,8 @@ async def test_a_full_batch_goes_at_once_and_the_rest_with_the_loop_turn():
     key = _prefix() + "c"
     async with _on_redis(key, max_batch=2) as (limiter, plain):
         plan = limiter.plan([Check(CONCURRENCY, "key", key, 100)])
-        assert isinstance(await limiter.admit(plan, 0, 0, "warm"), Reservation)  # the script is loaded
+        assert isinstance(await limiter.admit(plan, 0, 0), Reservation)  # the script is loaded
         before = await _script_calls(plain)
-        outcomes = await asyncio.gather(*(limiter.admit(plan, 0, 0, f"m{i}") for i in range(5)))
+        outcomes = await asyncio.gather(*(limiter.admit(plan, 0, 0) for _ in range(5)))
         assert all(isinstance(o, Reservation) for o in outcomes)
         assert await _script_calls(plain) - before == 3

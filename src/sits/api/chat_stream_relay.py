@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator
 from time import perf_counter
+from typing import Final
 
 import orjson
 
@@ -33,6 +34,8 @@ from sits.telemetry.metrics import Buckets
 from sits.translate.sse import DONE_EVENT
 
 log = logging.getLogger("sits.api")
+
+_EMPTY_CHOICES: Final = b'"choices":[],'
 
 
 class ChatStreamRelay(PulledRelay):
@@ -201,7 +204,9 @@ def without_usage_event(chunk: bytes, at: int = -1) -> bytes:
     if end < 0:
         return chunk
     end += 2
-    if chunk.find(b'"choices":[]', start, end) < 0 and chunk.find(b'"choices": []', start, end) < 0:
+    # Where OpenAI and vLLM write it, the empty choices come just before the usage: told by a slice, not a search.
+    if chunk[at - len(_EMPTY_CHOICES):at] != _EMPTY_CHOICES and chunk.find(b'"choices":[]', start, end) < 0 \
+            and chunk.find(b'"choices": []', start, end) < 0:
         return chunk
     return chunk[:start] + chunk[end:]
 

@@ -70,8 +70,11 @@ class SurfacePath:
         model: str = body["model"]
         priority, scope = self._intake.class_and_scope(request, model)
         seen = self._observer.begin(request, surface, request_id, model, body)
-        if self._tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
-            await self._tenants.admit(seen, request, model, body, prompt)
+        tenants = self._tenants
+        if tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
+            ticket = tenants.begin(seen, request, model, body, prompt)
+            if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
+                tenants.end(seen, request, prompt, ticket, await ticket.pending)
         routing = self._intake.routing(CHAT_API, CHAT_COMPLETION, body, stream, request, request_id, prompt, priority,
                                        scope, seen.trace, passthrough, True)
         try:

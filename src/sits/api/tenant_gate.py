@@ -21,8 +21,10 @@ from sits.errors import SitsError
 from sits.pipeline.priority import priority_from
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.tracing import RequestTrace
-from sits.tenants.gate import TenantGate
+from sits.tenants.gate import TenantGate, Ticket
+from sits.tenants.limiter import Denied, Reservation
 from sits.tenants.records import KeyRecord, TeamRecord
+from sits.tenants.redis_wire import RedisUnavailable
 from sits.understanding.tokenizers.catalog import TokenizerCatalog
 
 USER_HEADER: Final = "x-sits-user"
@@ -101,6 +103,15 @@ class HttpTenantGate:
     async def admit(self, seen: Observation, request: HttpRequest, model: str, body: Mapping[str, Any],
                     prompt_text: str) -> None:
         """Check the model, the limits and the budget; the ticket rides on `seen` until it finishes."""
+        ticket = self.begin(seen, request, model, body, prompt_text)
+        if ticket.pending is not None:
+            self.end(seen, request, prompt_text, ticket, await ticket.pending)
+
+    def begin(self, seen: Observation, request: HttpRequest, model: str, body: Mapping[str, Any],
+              prompt_text: str) -> Ticket:
+        """`admit` without its await, for a route that awaits in its own coroutine (one frame fewer on the
+        way back from Redis): a ticket admitted already, or one whose `pending` the route awaits and hands
+        to `end`."""
         gate = self.gate
         try:
             key = self._key if self._request is request else None
@@ -113,11 +124,24 @@ class HttpTenantGate:
             if not isinstance(user, str):
                 user = request.headers.get(USER_HEADER)
             ticket = gate.begin(key, team, model, user, seen.request_id, prompt_text, max_tokens_of(body) or None)
-            if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
-                ticket = gate.end(ticket, await ticket.pending)
         except SitsError as exc:
             seen.failed(exc, prompt_text)
             raise
+        if ticket.pending is None:
+            self._admitted(seen, request, ticket)
+        return ticket
+
+    def end(self, seen: Observation, request: HttpRequest, prompt_text: str, ticket: Ticket,
+            outcome: Reservation | Denied | RedisUnavailable) -> None:
+        """The second half: what the limiter answered for `ticket` (`begin`)."""
+        try:
+            self.gate.end(ticket, outcome)
+        except SitsError as exc:
+            seen.failed(exc, prompt_text)
+            raise
+        self._admitted(seen, request, ticket)
+
+    def _admitted(self, seen: Observation, request: HttpRequest, ticket: Ticket) -> None:
         seen.tenant = ticket
         if ticket.warning is not None:
             if len(self._warnings) > 10_000:  # answers that never came to take theirs

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from fnmatch import fnmatchcase
@@ -165,8 +164,6 @@ class TenantGate:
         self._wall = wall
         self._prices = PriceBook()
         self._default_output = settings.default_output_reservation
-        self._member_no = 0
-        self._member_prefix = os.urandom(6).hex() + "-"  # lease ids unique across replicas and restarts
         self._shapes: dict[tuple[int, int, str], _Shape] = {}
         self._hashes: dict[str, bytes] = {}  # presented key -> its keyed hash, for keys that exist
         self._endless: KeyRecord | None = None
@@ -258,16 +255,11 @@ class TenantGate:
         output = max_tokens if max_tokens is not None else self._default_output
         reserve_nano = math.ceil(prompt * shape.input_nano + output * shape.output_nano) if shape.priced else 0
         ticket.prompt_tokens, ticket.output_tokens, ticket.reserved_nano = prompt, output, reserve_nano
-        outcome = self.limiter.reserve(plan, prompt + output, reserve_nano, self._member())
+        outcome = self.limiter.reserve(plan, prompt + output, reserve_nano)
         if isinstance(outcome, asyncio.Future):
             ticket.pending = outcome
             return ticket
         return self.end(ticket, outcome)
-
-    def _member(self) -> str:
-        """A new lease id, unique across replicas and restarts."""
-        self._member_no += 1
-        return f"{self._member_prefix}{self._member_no}"
 
     def end(self, ticket: Ticket, outcome: Reservation | Denied | RedisUnavailable) -> Ticket:
         """The second half of `admit`: what the limiter answered (Redis's failure: counted here alone)."""
@@ -276,7 +268,7 @@ class TenantGate:
         limiter = self.limiter
         if type(outcome) is RedisUnavailable:
             outcome = limiter.alone(shape.plan, ticket.prompt_tokens + ticket.output_tokens,  # type: ignore[arg-type]
-                                    ticket.reserved_nano, self._member(), outcome)
+                                    ticket.reserved_nano, outcome)
         if limiter.mode != "redis":
             self.metrics.local_admissions.inc((limiter.mode,))
         if type(outcome) is Denied:

@@ -8,23 +8,25 @@ from sits.tenants.redis_wire import Script
 
 # KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
 # ARGV[2]: the settlements, each "@tokens_delta:nano_delta:member;" then its checks' "kind:limit;" (the
-# check part is the same for every request of a plan: nothing in it is filled in per request); then per
-# admission three: its checks ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's
-# limit -1 when soft only; amount 1, or T and B for the request's tokens and nano-USD), its member id and
-# "tokens:nano". Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
+# check part is the same for every request of a plan: nothing in it is filled in per request); ARGV[3]: the
+# replica's lease id prefix (a member is the prefix and a request's number); ARGV[4]: the admissions'
+# "tokens:nano:member", joined by "|"; then per admission its checks ("kind:limit:amount:seed:period_end_ms;"
+# each: kind r, t, c or b; a budget's limit -1 when soft only; amount 1, or T and B for the request's tokens
+# and nano-USD). Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
 # before it>" when every check passed (and was taken), "0,<failed check>,<retry after ms>,<reset at ms>"
 # when one did not (and nothing was taken).
 BATCH_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
+local prefix = ARGV[3]
 local W = 60000
 local k = 0
 local tokens, nano, member = 0, 0, ''
 for kind, rest in string.gmatch(ARGV[2], '([@%a])([^;]*);') do
   if kind == '@' then
     local t, b, m = string.match(rest, '^([^:]*):([^:]*):(.*)$')
-    tokens, nano, member = tonumber(t), b, m
+    tokens, nano, member = tonumber(t), b, prefix .. m
   else
     k = k + 1
     local key = KEYS[k]
@@ -105,8 +107,8 @@ local function admit(checks, base, member, T, B)
 end
 local answers = {}
 local plans = {}  -- each plan's checks, parsed once per call: the requests of a batch mostly share theirs
-for j = 3, #ARGV, 3 do
-  local tokens, nano = string.match(ARGV[j + 2], '^([^:]+):(.+)$')
+local j = 5
+for tokens, nano, m in string.gmatch(ARGV[4], '([^:|]+):([^:|]+):([^|]+)') do
   local plan = plans[ARGV[j]]
   if not plan then
     plan = {}
@@ -116,8 +118,9 @@ for j = 3, #ARGV, 3 do
     end
     plans[ARGV[j]] = plan
   end
-  answers[#answers + 1] = admit(plan, k, ARGV[j + 1], tonumber(tokens), tonumber(nano))
+  answers[#answers + 1] = admit(plan, k, prefix .. m, tonumber(tokens), tonumber(nano))
   k = k + #plan
+  j = j + 1
 end
 return table.concat(answers, '|')
 """

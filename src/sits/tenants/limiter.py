@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
@@ -66,7 +67,7 @@ class Plan:
     """One shape of request (a key, its team, a model, this period): its checks, with their part of the
     Redis command encoded once; a request only fills in its amounts and its lease id."""
 
-    __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "_admit_spec", "_settle_keys",
+    __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "admit_spec", "_settle_keys",
                  "_settle_count", "_settle_spec")
 
     def __init__(self, checks: Sequence[Check]) -> None:
@@ -74,10 +75,10 @@ class Plan:
         self.tokens = any(c.kind == TOKENS for c in checks)
         self.budgets = tuple(c for c in checks if c.kind == BUDGET)
         # Nothing of a request is written into the checks: T and B stand for its tokens and nano-USD, sent
-        # beside them (limit_scripts.py), so a request costs two short formatted strings, not a rewrite.
+        # beside them (limit_scripts.py), so a request costs one short formatted string, not a rewrite.
         amount = {RATE: "1", CONCURRENCY: "1", TOKENS: "T", BUDGET: "B"}
         spec = "".join(f"{c.kind}:{_number(c.limit)}:{amount[c.kind]}:{c.seed}:{c.period_end_ms};" for c in checks)
-        self._admit_spec = f"${len(spec)}\r\n{spec}\r\n"
+        self.admit_spec = f"${len(spec)}\r\n{spec}\r\n"  # the checks, one encoded argument of the batch command
         self.keys = b"".join(_bulk(c.key.encode()) for c in checks)
         self.key_count = len(checks)
         settled = [c for c in checks if c.kind != RATE]
@@ -85,12 +86,7 @@ class Plan:
         self._settle_count = len(settled)
         self._settle_spec = "".join(f"{c.kind}:{_number(c.limit)};" for c in settled)
 
-    def admission(self, tokens: int, nano: int, member: str) -> str:
-        """This request's three arguments of the batch command, encoded (ASCII: numbers and a hex id)."""
-        amounts = f"{tokens}:{nano}"
-        return f"{self._admit_spec}${len(member)}\r\n{member}\r\n${len(amounts)}\r\n{amounts}\r\n"
-
-    def settlement(self, tokens_delta: int, nano_delta: int, member: str) -> tuple[bytes, int, str]:
+    def settlement(self, tokens_delta: int, nano_delta: int, member: int) -> tuple[bytes, int, str]:
         """(encoded keys, how many, their settlements) for one request, to send in a batch."""
         return self._settle_keys, self._settle_count, f"@{tokens_delta}:{nano_delta}:{member};{self._settle_spec}"
 
@@ -117,9 +113,9 @@ class Reservation:
 
     __slots__ = ("plan", "member", "backend", "budget_answer")
 
-    def __init__(self, plan: Plan, member: str, backend: str, budget_answer: bytes) -> None:
+    def __init__(self, plan: Plan, member: int, backend: str, budget_answer: bytes) -> None:
         self.plan = plan
-        self.member = member
+        self.member = member  # its lease id, within this limiter (`Limiter.lease_id`)
         self.backend = backend  # "redis" or "local"
         # Each budget check's counter before this request (nano-USD) as the script answered it: "1,<v>,<v>..."
         # (b"" without budgets). Read only where a soft budget is checked: `budget_spent`.
@@ -141,12 +137,12 @@ class LocalCounters:
     def __init__(self, wall_ms: Callable[[], int]) -> None:
         self._wall_ms = wall_ms
         self._tat: dict[str, float] = {}
-        self._leases: dict[str, dict[str, float]] = {}
+        self._leases: dict[str, dict[int, float]] = {}
         self._spent: dict[str, int] = {}
         self._base: dict[str, int] = {}  # budget spent when this replica started counting it alone
         self._budget_checks: dict[str, Check] = {}  # by counter name: to hand the local spend to Redis later
 
-    def admit(self, plan: Plan, tokens: int, nano: int, member: str, lease_ms: int, replicas: int,
+    def admit(self, plan: Plan, tokens: int, nano: int, member: int, lease_ms: int, replicas: int,
               known_spent: dict[str, int]) -> Reservation | Denied:
         now = self._wall_ms()
         share = 1.0 / max(1, replicas)
@@ -193,7 +189,7 @@ class LocalCounters:
             self._forget_idle(now)
         return Reservation(plan, member, "local", b",".join(budgets) if len(budgets) > 1 else b"")
 
-    def settle(self, plan: Plan, tokens_delta: int, nano_delta: int, member: str, replicas: int) -> None:
+    def settle(self, plan: Plan, tokens_delta: int, nano_delta: int, member: int, replicas: int) -> None:
         now = self._wall_ms()
         share = 1.0 / max(1, replicas)
         for check in plan.checks:
@@ -237,9 +233,9 @@ class LocalCounters:
             del self._tat[key]
 
 
-# One request waiting for its batch's answer: (plan, nano, member, encoded args, future); a tuple, not an
-# object, since one is made per request.
-_Admission = tuple[Plan, int, str, str, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
+# One request waiting for its batch's answer: (plan, nano, member, "tokens:nano:member", future); a tuple,
+# not an object, since one is made per request.
+_Admission = tuple[Plan, int, int, str, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
 
 
 class Limiter:
@@ -255,6 +251,11 @@ class Limiter:
         self.lease_ms = int(lease_s * 1000)
         self._head = b"$7\r\nEVALSHA\r\n" + _bulk(BATCH.sha.encode())
         self._lease_arg = _bulk(b"%d" % self.lease_ms)
+        # Lease ids: this prefix (unique across replicas and restarts) and a number per request, joined by
+        # the script, so a request sends only its number.
+        self._lease_prefix = os.urandom(6).hex() + "-"
+        self._prefix_arg = _bulk(self._lease_prefix.encode())
+        self._member_no = 0
         self._retry_s = retry_redis_s
         self._max_batch = max_batch  # 0: one call per loop turn
         self._clock = clock
@@ -279,24 +280,30 @@ class Limiter:
 
     # -- admission ----------------------------------------------------------------------
 
-    async def admit(self, plan: Plan, tokens: int, nano: int, member: str) -> Reservation | Denied:
-        reserved = self.reserve(plan, tokens, nano, member)
+    def lease_id(self, reservation: Reservation) -> str:
+        """The id a request's concurrency lease has in Redis."""
+        return f"{self._lease_prefix}{reservation.member}"
+
+    async def admit(self, plan: Plan, tokens: int, nano: int) -> Reservation | Denied:
+        reserved = self.reserve(plan, tokens, nano)
         if not isinstance(reserved, asyncio.Future):
             return reserved
         outcome = await reserved
         if isinstance(outcome, RedisUnavailable):
-            return self.alone(plan, tokens, nano, member, outcome)
+            return self.alone(plan, tokens, nano, outcome)
         return outcome
 
-    def reserve(self, plan: Plan, tokens: int, nano: int,
-                member: str) -> Reservation | Denied | asyncio.Future[Reservation | Denied | RedisUnavailable]:
+    def reserve(self, plan: Plan, tokens: int,
+                nano: int) -> Reservation | Denied | asyncio.Future[Reservation | Denied | RedisUnavailable]:
         """Take the request's counters: on Redis, a future answered with this loop turn's script call (a
         `RedisUnavailable` result when Redis failed it: then `alone`); otherwise the answer, counted here."""
+        self._member_no += 1
+        member = self._member_no
         if self.mode == "redis":
             loop = asyncio.get_running_loop()
             future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
             admissions = self._admissions
-            admissions.append((plan, nano, member, plan.admission(tokens, nano, member), future))
+            admissions.append((plan, nano, member, f"{tokens}:{nano}:{member}", future))
             if len(admissions) == self._max_batch:  # full: Redis works on it while this turn reads on
                 self._send()
             elif not self._scheduled:
@@ -305,10 +312,12 @@ class Limiter:
             return future
         return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
 
-    def alone(self, plan: Plan, tokens: int, nano: int, member: str, failure: RedisUnavailable) -> Reservation | Denied:
+    def alone(self, plan: Plan, tokens: int, nano: int, failure: RedisUnavailable) -> Reservation | Denied:
         """Redis failed this request's call: from now on (until the probe finds it back) count here alone."""
         self._lost(failure)
-        return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
+        self._member_no += 1
+        return self.local.admit(plan, tokens, nano, self._member_no, self.lease_ms, len(self._members()),
+                                self._known_spent)
 
     def _send(self) -> None:
         """One script call for what this loop turn has to ask: its settlements, then its admissions."""
@@ -327,9 +336,10 @@ class Limiter:
             keys.append(plan.keys)
             count += plan.key_count
         spec = "".join(s for _, _, s in settlements).encode()
-        command = b"".join((b"*%d\r\n" % (count + 5 + 3 * len(admissions)), self._head, _bulk(b"%d" % count),
-                            *keys, self._lease_arg, _bulk(spec),
-                            "".join([a[3] for a in admissions]).encode()))
+        amounts = "|".join([a[3] for a in admissions]).encode()
+        command = b"".join((b"*%d\r\n" % (count + 7 + len(admissions)), self._head, _bulk(b"%d" % count),
+                            *keys, self._lease_arg, _bulk(spec), self._prefix_arg, _bulk(amounts),
+                            "".join([a[0].admit_spec for a in admissions]).encode()))
         assert self._redis is not None
         self._in_flight += 1
         self._redis.send(command, lambda reply: self._answered(reply, admissions, settlements, command))
