@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 import redis.asyncio as aioredis
 
 from sits.tenants.limiter import BUDGET, CONCURRENCY, Check, Denied, Limiter, Reservation
@@ -106,3 +107,28 @@ async def test_a_full_batch_goes_at_once_and_the_rest_with_the_loop_turn():
         outcomes = await asyncio.gather(*(limiter.admit(plan, 0, 0) for _ in range(5)))
         assert all(isinstance(o, Reservation) for o in outcomes)
         assert await _script_calls(plain) - before == 3
+
+
+async def test_an_admission_whose_request_went_away_gives_back_what_it_took():
+    # A request cancelled while its batch is on the way to Redis (its client gone): the script has taken its
+    # lease and its budget by the time the answer comes, so the limiter gives them back at once, instead of
+    # holding the lease until it expires and the reservation for good.
+    key, budget = _prefix() + "c", _prefix() + "b"
+    async with _on_redis(key) as (limiter, plain):
+        plan = limiter.plan([Check(CONCURRENCY, "key", key, 1), Check(BUDGET, "key", budget, 1e12, period_end_ms=0)])
+        warm = await limiter.admit(plan, 0, 0)  # the script loaded
+        assert isinstance(warm, Reservation)
+        limiter.settle(warm, 0, 0)  # its lease given back (with the next call)
+        gone = asyncio.get_running_loop().create_task(limiter.admit(plan, 0, 5_000))
+        await asyncio.sleep(0)  # it waits for its batch's answer, which is on its way
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        # Once its answer is back, the lease goes back with the next call: concurrency 1 admits again (without
+        # the give-back, not for the lease's 600 s).
+        deadline = time.monotonic() + 5.0
+        while isinstance(outcome := await limiter.admit(plan, 0, 0), Denied) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert isinstance(outcome, Reservation)
+        assert int(await plain.get(budget)) == 0  # the 5,000 nano-USD it reserved were given back
+        await plain.delete(budget)

@@ -233,9 +233,9 @@ class LocalCounters:
             del self._tat[key]
 
 
-# One request waiting for its batch's answer: (plan, nano, member, "tokens:nano:member", future); a tuple,
-# not an object, since one is made per request.
-_Admission = tuple[Plan, int, int, str, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
+# One request waiting for its batch's answer: (plan, tokens, nano, member, "tokens:nano:member", future); a
+# tuple, not an object, since one is made per request.
+_Admission = tuple[Plan, int, int, int, str, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
 
 
 class Limiter:
@@ -303,7 +303,7 @@ class Limiter:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
             admissions = self._admissions
-            admissions.append((plan, nano, member, f"{tokens}:{nano}:{member}", future))
+            admissions.append((plan, tokens, nano, member, f"{tokens}:{nano}:{member}", future))
             if len(admissions) == self._max_batch:  # full: Redis works on it while this turn reads on
                 self._send()
             elif not self._scheduled:
@@ -336,7 +336,7 @@ class Limiter:
             keys.append(plan.keys)
             count += plan.key_count
         spec = "".join(s for _, _, s in settlements).encode()
-        amounts = "|".join([a[3] for a in admissions]).encode()
+        amounts = "|".join([a[4] for a in admissions]).encode()
         command = b"".join((b"*%d\r\n" % (count + 7 + len(admissions)), self._head, _bulk(b"%d" % count),
                             *keys, self._lease_arg, _bulk(spec), self._prefix_arg, _bulk(amounts),
                             "".join([a[0].admit_spec for a in admissions]).encode()))
@@ -356,13 +356,13 @@ class Limiter:
         if isinstance(reply, Exception):
             error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
             for a in admissions:
-                if not a[4].done():
-                    a[4].set_result(error)  # a result, not raised: the gate then counts alone
+                if not a[5].done():
+                    a[5].set_result(error)  # a result, not raised: the gate then counts alone
             if settlements:  # lost with Redis: leases expire, reservations stay counted (over, never under)
                 log.warning("limits: %d settlements did not reach Redis (%s)", len(settlements), error)
             return
         answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
-        for (plan, nano, member, _, future), answer in zip(admissions, answers, strict=False):
+        for (plan, tokens, nano, member, _, future), answer in zip(admissions, answers, strict=False):
             outcome: Reservation | Denied
             if answer == b"1":
                 outcome = Reservation(plan, member, "redis", b"")
@@ -378,7 +378,8 @@ class Limiter:
             try:
                 future.set_result(outcome)
             except asyncio.InvalidStateError:  # its request went away meanwhile (the future was cancelled)
-                pass
+                if type(outcome) is Reservation:  # what it took goes back: its lease, its tokens and cost
+                    self.settle(outcome, -tokens, -nano)
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":
