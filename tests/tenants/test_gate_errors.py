@@ -67,6 +67,8 @@ async def test_a_model_the_key_may_not_use_is_403_listing_what_it_may(usage_upst
         # an alias is allowed when the model it points to is
         assert (await _chat(c, "fast")).http_response.status_code == 200
     assert usage_upstream.requests == 2
+    metrics = await _metrics(gateway)
+    assert 'sits_tenant_requests_total{model="m1",outcome="forbidden",team="team-a"} 1.0' in metrics
 
 
 @pytest.mark.parametrize("limits,expect", [

@@ -297,7 +297,11 @@ class TenantGate:
     def _shape(self, key: KeyRecord, team: TeamRecord | None, model: str, table: RoutingTable,
                now: float) -> _Shape:
         """What a key, its team and a model add up to: the checks and their encoded commands, kept until
-        the key, the team or the table change, a budget period ends, or a minute passes (budget seeds)."""
+        the key, the team or the table change, a budget period ends, or a minute passes (budget seeds).
+        A model the key may not use gets a shape that says only that: no checks, no series counted."""
+        if key.allowed_models != _ANY_MODEL and not _may_use(key, model, table):
+            return self._keep(key, team, model, _Shape(key, team, table, now + _SHAPE_TTL_S, False, None, None, (),
+                                                       (), "", ("", "", ""), Count()))
         budgets = [(scope, scope_id, budget) for scope, scope_id, budget in (
             ("key", key.key_id, key.budget), ("team", key.team_id, team.budget if team is not None else None))
             if budget is not None]
@@ -321,12 +325,14 @@ class TenantGate:
                 until = min(until, check.period_end_ms / 1000)
         team_label = self.metrics.team(key.team_id)
         admitted = (team_label, self._model_label(model, table), "admitted")
-        allowed = key.allowed_models == _ANY_MODEL or _may_use(key, model, table)
-        shape = _Shape(key, team, table, until, allowed, self.limiter.plan(checks) if checks else None,
-                       self._prices.estimate(table, model), tuple(budgets),
-                       tuple(b.soft_usd * NANO if b.soft_usd is not None else math.inf for _, _, b in budgets)
-                       if any(b.soft_usd is not None for _, _, b in budgets) else (), team_label,
-                       admitted, self.metrics.requests.count(admitted))
+        return self._keep(key, team, model, _Shape(
+            key, team, table, until, True, self.limiter.plan(checks) if checks else None,
+            self._prices.estimate(table, model), tuple(budgets),
+            tuple(b.soft_usd * NANO if b.soft_usd is not None else math.inf for _, _, b in budgets)
+            if any(b.soft_usd is not None for _, _, b in budgets) else (), team_label,
+            admitted, self.metrics.requests.count(admitted)))
+
+    def _keep(self, key: KeyRecord, team: TeamRecord | None, model: str, shape: _Shape) -> _Shape:
         if len(self._shapes) > 10_000:
             self._shapes.clear()
         self._shapes[(id(key), id(team), model)] = shape
