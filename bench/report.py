@@ -133,6 +133,8 @@ def render_markdown(results: dict) -> str:
         f"- Machine: {m['nproc']} cores, {m['cpu_model']}, {m['mem_gib']} GiB; load average at start {m['loadavg_start']}, at end {m.get('loadavg_end', '?')}",
         f"- Versions: Python {v['python']}, SITS {v.get('sits') or 'n/a'}, LiteLLM {v.get('litellm') or 'n/a'}, {v['wrk']}, uvloop {v['uvloop']}, httptools {v['httptools']}",
         f"- Pinning: gateway under test on CPU {cfg['gateway_cpus']}; upstream, wrk and the TTFT probe on CPU {cfg['load_cpus']}"
+        + (f"; the sits-tenants target's Redis: {results['targets']['sits-tenants']['redis']}"
+           if results["targets"].get("sits-tenants", {}).get("redis") else "")
         + (f"; every benchmark process at nice {cfg['nice']}" if cfg.get("nice") else ""),
         f"- Each cell: wrk -t1 -c<conc> for {cfg['duration_s']} s (after a warm-up); streaming TTFT from a separate closed-loop probe at the same concurrency for {cfg['probe_duration_s']} s (max {cfg['probe_max_requests']} requests)",
         "- Latency in ms; added = target minus direct at the same concurrency; CPU % = process-group CPU time over the wrk run (100 = one core); upstream conns opened = new TCP connections the upstream accepted during the wrk run (for direct: wrk's own); CPU busy % per core = whole machine, from /proc/stat (cpu0 / cpu1 ...): gateway-core busy well above the gateway's own CPU % means something else ran there",

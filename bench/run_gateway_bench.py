@@ -45,7 +45,9 @@ from measure import CellSpec, body_bytes, run_cell, run_wrk  # noqa: E402
 from processes import ProcessSet  # noqa: E402
 from report import add_derived, render_markdown  # noqa: E402
 from stream_probe import check_completion_body, check_stream_body, fetch_once  # noqa: E402
-from targets import LITELLM_VENV, RunningTarget, start_litellm, start_python_floor, start_sits, start_upstream  # noqa: E402
+from targets import (  # noqa: E402
+    LITELLM_VENV, TENANTS_REDIS, RunningTarget, start_litellm, start_python_floor, start_redis, start_sits, start_upstream,
+)
 
 RESULTS_DIR = BENCH_DIR / "results"
 TMP_DIR = RESULTS_DIR / "tmp"
@@ -208,6 +210,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "(python-floor: the bare Python proxy, bench/python_proxy_floor.py; sits-tenants: the key gate on, "
                          "limits counted in the Redis on 127.0.0.1:6379; sits-2w: sits serve --workers 2, for scaling "
                          "(give it --gateway-cpus 0,1); sits-gc: diagnostic, SITS with gc.freeze + higher GC thresholds)")
+    ap.add_argument("--tenants-redis",
+                    help="the Redis the sits-tenants target counts limits in (default: a redis-server of the "
+                         "bench's own, pinned to the load CPUs like the upstream)")
     ap.add_argument("--tenants-max-batch", type=int,
                     help="the sits-tenants target's limits.max_batch (default: the gateway's own default)")
     ap.add_argument("--gateway-cpus", default="0", help="taskset CPU list for the gateway under test")
@@ -313,9 +318,14 @@ def main(argv: list[str] | None = None) -> int:
                     elif name == "python-floor":
                         target = start_python_floor(procs, upstream.port, args.gateway_cpus)
                     elif name in ("sits", "sits-gc", "sits-2w", "sits-tenants"):
+                        redis_url = TENANTS_REDIS
+                        if name == "sits-tenants":
+                            redis_url = args.tenants_redis or start_redis(procs, args.load_cpus)
+                            entry["redis"] = redis_url if args.tenants_redis else f"own, on CPUs {args.load_cpus}"
                         target = start_sits(procs, upstream.port, args.gateway_cpus, TMP_DIR / name,
                                             gc_variant=name == "sits-gc", workers=2 if name == "sits-2w" else 1,
-                                            tenants=name == "sits-tenants", tenants_max_batch=args.tenants_max_batch)
+                                            tenants=name == "sits-tenants", tenants_max_batch=args.tenants_max_batch,
+                                            tenants_redis=redis_url)
                         results["versions"]["sits"] = target.version
                     else:
                         target = start_litellm(procs, upstream.port, args.gateway_cpus, TMP_DIR / "litellm")

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -88,12 +90,33 @@ def tenants_config(upstream_url: str, redis_url: str = TENANTS_REDIS, *, pinned_
             f'    endpoints: [{{url: "{upstream_url}"}}]\n')
 
 
+def start_redis(procs: ProcessSet, cpus: str | None) -> str:
+    """A redis-server of the bench's own, on `cpus` (the load's, like the upstream: the gateway under test
+    keeps its core to itself, as it would with Redis on another machine); its URL."""
+    server = shutil.which("redis-server")
+    if server is None:
+        raise RuntimeError("redis-server is not installed (the sits-tenants target counts limits in Redis)")
+    port = free_port()
+    child = procs.start("redis", [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                        cpus=cpus)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            if not child.alive() or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start") from None
+            time.sleep(0.05)
+
+
 def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir: Path, gc_variant: bool = False,
-               workers: int = 1, tenants: bool = False, tenants_max_batch: int | None = None) -> RunningTarget:
+               workers: int = 1, tenants: bool = False, tenants_max_batch: int | None = None,
+               tenants_redis: str = TENANTS_REDIS) -> RunningTarget:
     """`gc_variant`: the diagnostic `sits-gc` target (bench/sits_gc_variant.py), same arguments;
     `workers`: `sits serve --workers N` (the `sits-2w` target: two gateway processes on one port);
     `tenants`: the `sits-tenants` target (bench/sits_bench_keys.py: the load's bearer key is a tenant key),
-    admission as configured by default, as for the `sits` target."""
+    admission as configured by default, as for the `sits` target, its limits counted in `tenants_redis`."""
     cmd = sits_command()
     if cmd is None:
         raise RuntimeError(f"sits is not runnable yet ({SITS_BIN} --version failed)")
@@ -107,7 +130,8 @@ def start_sits(procs: ProcessSet, upstream_port: int, cpus: str | None, work_dir
     elif tenants:
         cmd = [str(PROJECT_PYTHON), str(BENCH_DIR / "sits_bench_keys.py")]
         config = work_dir / "tenants.yaml"
-        config.write_text(tenants_config(f"http://127.0.0.1:{upstream_port}/v1", max_batch=tenants_max_batch))
+        config.write_text(tenants_config(f"http://127.0.0.1:{upstream_port}/v1", tenants_redis,
+                                         max_batch=tenants_max_batch))
         serving = ["--config", str(config)]
         # the key every load generator here sends (`Bearer sk-bench`) is the bench tenant's key
         env = {**os.environ, "SITS_KEY_SECRET": TENANTS_SECRET, "SITS_BENCH_KEY": "sk-bench"}
