@@ -40,8 +40,7 @@ _EMPTY_CHOICES: Final = b'"choices":[],'
 
 class ChatStreamRelay(PulledRelay):
     __slots__ = ("_answer", "_director", "_seen", "_prompt", "_resume", "_include_usage", "_tail", "_before", "_earlier",
-                 "_last",
-                 "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_strip_usage")
+                 "_last", "_accumulator", "_gaps", "_sent", "_previous", "_sink", "_strip_usage")
 
     def __init__(self, answer: Answer, director: Director, seen: Observation, prompt: str,
                  resume: tuple[RoutingRequest, bytes] | None, include_usage: bool, strip_usage: bool = False) -> None:

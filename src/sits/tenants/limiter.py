@@ -233,9 +233,9 @@ class LocalCounters:
             del self._tat[key]
 
 
-# One request waiting for its batch's answer: (plan, tokens, nano, member, "tokens:nano:member", future); a
-# tuple, not an object, since one is made per request.
-_Admission = tuple[Plan, int, int, int, str, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
+# One request waiting for its batch's answer: (plan, tokens, nano, member, future); a tuple, not an object,
+# since one is made per request.
+_Admission = tuple[Plan, int, int, int, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
 
 
 class Limiter:
@@ -303,7 +303,7 @@ class Limiter:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
             admissions = self._admissions
-            admissions.append((plan, tokens, nano, member, f"{tokens}:{nano}:{member}", future))
+            admissions.append((plan, tokens, nano, member, future))
             if len(admissions) == self._max_batch:  # full: Redis works on it while this turn reads on
                 self._send()
             elif not self._scheduled:
@@ -336,7 +336,7 @@ class Limiter:
             keys.append(plan.keys)
             count += plan.key_count
         spec = "".join(s for _, _, s in settlements).encode()
-        amounts = "|".join([a[4] for a in admissions]).encode()
+        amounts = "|".join([f"{a[1]}:{a[2]}:{a[3]}" for a in admissions]).encode()  # tokens:nano:member
         command = b"".join((b"*%d\r\n" % (count + 7 + len(admissions)), self._head, _bulk(b"%d" % count),
                             *keys, self._lease_arg, _bulk(spec), self._prefix_arg, _bulk(amounts),
                             "".join([a[0].admit_spec for a in admissions]).encode()))
@@ -356,21 +356,21 @@ class Limiter:
         if isinstance(reply, Exception):
             error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
             for a in admissions:
-                if not a[5].done():
-                    a[5].set_result(error)  # a result, not raised: the gate then counts alone
+                if not a[4].done():
+                    a[4].set_result(error)  # a result, not raised: the gate then counts alone
             if settlements:  # lost with Redis: leases expire, reservations stay counted (over, never under)
                 log.warning("limits: %d settlements did not reach Redis (%s)", len(settlements), error)
             return
         answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
-        for (plan, tokens, nano, member, _, future), answer in zip(admissions, answers, strict=False):
+        for (plan, tokens, nano, member, future), answer in zip(admissions, answers, strict=False):
             outcome: Reservation | Denied
             if answer == b"1":
                 outcome = Reservation(plan, member, "redis", b"")
             elif answer[0] == 49:  # "1,<budget values>": kept as they came, read when needed
-                answers = self._answers
-                if len(answers) > 10_000:
-                    answers.clear()
-                answers[plan] = (answer, nano)
+                known = self._answers
+                if len(known) > 10_000:
+                    known.clear()
+                known[plan] = (answer, nano)
                 outcome = Reservation(plan, member, "redis", answer)
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")

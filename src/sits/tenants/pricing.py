@@ -42,14 +42,16 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     """Usage by kind from a JSON answer (or the last events of a stream), if it has a `usage` object;
     `counts`: its (prompt, completion) tokens when already read, used as they are when the usage has no
     token details."""
+    # No `_details"` at or after the usage: no token details in it, the counts given are the usage. Told
+    # without the usage's place when there is no `_details"` at all (the common case: one search). (No
+    # slice arguments to parse, and no `in`, which first tries a bytes needle as an integer.)
     if counts is not None:
-        # No `_details"` at or after the usage: no token details in it, the counts are the usage. Told
-        # without the usage's place when there is no `_details"` at all (the common case: one search).
-        # (No slice arguments to parse, and no `in`, which first tries a bytes needle as an integer.)
         details = payload.rfind(b'_details"')
-        if details < 0 or details < payload.rfind(b'"usage":'):
+        at = payload.rfind(b'"usage":') if details >= 0 else -1
+        if details < at or details < 0:
             return new_tuple(Usage, (counts[0], 0, counts[1], 0))
-    at = payload.rfind(b'"usage":')
+    else:
+        at = payload.rfind(b'"usage":')
     if at < 0:
         return None
     prompt, completion = _PROMPT.search(payload, at), _COMPLETION.search(payload, at)
