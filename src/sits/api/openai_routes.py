@@ -87,13 +87,13 @@ class OpenAIRoutes:
         stream = body.get("stream") is True
         priority, scope = self._intake.class_and_scope(request, model)
         seen = self._observer.begin(request, api, request_id, model, body)
-        tenants = self._tenants
-        if tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
-            ticket = tenants.begin(seen, request, model, body, prompt_text)
-            if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
-                tenants.end(seen, request, prompt_text, ticket, await ticket.pending)
         routing = self._intake.routing(api, schema, body, stream, request, request_id, prompt_text, priority, scope,
                                        seen.trace)
+        tenants = self._tenants
+        if tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
+            ticket = tenants.begin(seen, request, model, body, prompt_text, routing.max_tokens)
+            if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
+                tenants.end(seen, request, prompt_text, ticket, await ticket.pending)
         raw, strip_usage = request.body, False
         if stream and api == CHAT_API and self._tenants is not None and self._tenants.asks_stream_usage(seen, body):
             # a keyed stream is settled on its usage: asked for here, taken out of what the client gets

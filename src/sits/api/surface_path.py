@@ -70,13 +70,13 @@ class SurfacePath:
         model: str = body["model"]
         priority, scope = self._intake.class_and_scope(request, model)
         seen = self._observer.begin(request, surface, request_id, model, body)
-        tenants = self._tenants
-        if tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
-            ticket = tenants.begin(seen, request, model, body, prompt)
-            if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
-                tenants.end(seen, request, prompt, ticket, await ticket.pending)
         routing = self._intake.routing(CHAT_API, CHAT_COMPLETION, body, stream, request, request_id, prompt, priority,
                                        scope, seen.trace, passthrough, True)
+        tenants = self._tenants
+        if tenants is not None:  # keys, limits, budgets (docs/limits-and-budgets.md)
+            ticket = tenants.begin(seen, request, model, body, prompt, routing.max_tokens)
+            if ticket.pending is not None:  # its counters are being asked (Redis, shared by this loop turn)
+                tenants.end(seen, request, prompt, ticket, await ticket.pending)
         try:
             answer = await self._director.run(routing, raw)
         except SitsError as exc:

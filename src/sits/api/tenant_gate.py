@@ -16,7 +16,6 @@ from sits.api.auth import bearer_token
 from sits.api.dispatch import Route
 from sits.api.http_types import HttpRequest, HttpResponse, StreamingResponse
 from sits.api.request_observer import Observation
-from sits.api.body_fields import max_tokens_of
 from sits.errors import SitsError
 from sits.pipeline.priority import priority_from
 from sits.state.routing_table import RoutingTable
@@ -101,14 +100,15 @@ class HttpTenantGate:
         return int(cls) if cls is not None else None
 
     async def admit(self, seen: Observation, request: HttpRequest, model: str, body: Mapping[str, Any],
-                    prompt_text: str) -> None:
-        """Check the model, the limits and the budget; the ticket rides on `seen` until it finishes."""
-        ticket = self.begin(seen, request, model, body, prompt_text)
+                    prompt_text: str, max_tokens: int) -> None:
+        """Check the model, the limits and the budget; the ticket rides on `seen` until it finishes.
+        `max_tokens`: the completion the client asked for (0: none), as `RoutingRequest.max_tokens`."""
+        ticket = self.begin(seen, request, model, body, prompt_text, max_tokens)
         if ticket.pending is not None:
             self.end(seen, request, prompt_text, ticket, await ticket.pending)
 
     def begin(self, seen: Observation, request: HttpRequest, model: str, body: Mapping[str, Any],
-              prompt_text: str) -> Ticket:
+              prompt_text: str, max_tokens: int) -> Ticket:
         """`admit` without its await, for a route that awaits in its own coroutine (one frame fewer on the
         way back from Redis): a ticket admitted already, or one whose `pending` the route awaits and hands
         to `end`."""
@@ -123,7 +123,7 @@ class HttpTenantGate:
             user = body.get("user")
             if not isinstance(user, str):
                 user = request.headers.get(USER_HEADER)
-            ticket = gate.begin(key, team, model, user, seen.request_id, prompt_text, max_tokens_of(body) or None)
+            ticket = gate.begin(key, team, model, user, seen.request_id, prompt_text, max_tokens or None)
         except SitsError as exc:
             seen.failed(exc, prompt_text)
             raise

@@ -23,6 +23,7 @@ from sits.state.routing_table import RoutingTable
 from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
 from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Plan, Reservation
 from sits.tenants.redis_wire import RedisUnavailable
+from sits.tenants.usage import SpendRecord, Usage
 from sits.telemetry.metrics import Count
 from sits.tenants.metrics import TenantMetrics
 from sits.tenants.pricing import FREE_SOURCES, PriceBook, usage_from
@@ -32,13 +33,10 @@ from sits.tenants.records import (
     KeyRecord,
     Limits,
     Price,
-    SpendRecord,
     SpendSink,
     TeamRecord,
-    Usage,
     hash_key,
 )
-from sits.tuples import new_tuple
 
 log = logging.getLogger("sits.tenants")
 
@@ -90,7 +88,7 @@ class Ticket:
         free = endpoint in FREE_SOURCES
         usage = usage_from(raw_usage, counts) if raw_usage else None
         if usage is None and counts is not None:
-            usage = new_tuple(Usage, (counts[0], 0, counts[1], 0))
+            usage = Usage(counts[0], 0, counts[1], 0)
         if usage is None:
             if endpoint == "none" or free:
                 usage = _NO_USAGE  # no model ran
@@ -99,17 +97,16 @@ class Ticket:
         cost = 0.0 if free else gate._prices.cost(table, endpoint, usage)
         if self.reservation is not None:
             gate.limiter.settle(self.reservation, usage.input_tokens + usage.output_tokens - self.prompt_tokens
-                                - self.output_tokens, round(cost * NANO) - self.reserved_nano)
-        gate.metrics.used(self.key.team_id, model, table, usage, cost)
+                                - self.output_tokens, int(cost * NANO + 0.5) - self.reserved_nano)
+        gate.metrics.used(self.shape.team_id, model, table, usage, cost)
         requested = self.model
         if requested != model:  # the model named is the one that answered: no alias to look up
             requested = table.aliases.get(requested, requested)
-        key = self.key
-        # Every field, in order, without the named tuple's own __new__ (sits/tuples.py): one per request.
-        gate._sink.record(new_tuple(SpendRecord, (
-            self.request_id, gate._wall(), key.key_id, key.team_id, self.user, model, endpoint, usage, cost,
+        shape = self.shape
+        gate._sink.record(SpendRecord(
+            self.request_id, gate._wall(), shape.key_id, shape.team_id, self.user, model, endpoint, usage, cost,
             seconds * 1000.0, status, free,
-            requested != model and requested != AUTO and requested in table.models and not free)))
+            requested != model and requested != AUTO and requested in table.models and not free))
 
     def _unreported(self, model: str) -> Usage:
         """Usage for an answer that reported none: a stream's generated text counted with the model's
@@ -126,13 +123,14 @@ class _Shape:
     """What a key, its team and a model add up to (`TenantGate._shape`). A native class, not a named tuple:
     the request path reads several of its fields per request, a struct read each compiled."""
 
-    __slots__ = ("key", "team", "table", "until", "allowed", "plan", "priced", "input_nano", "output_nano", "budgets",
-                 "soft", "team_label", "admitted", "counted")
+    __slots__ = ("key", "team", "key_id", "team_id", "table", "until", "allowed", "plan", "priced", "input_nano",
+                 "output_nano", "budgets", "soft", "team_label", "admitted", "counted")
 
     def __init__(self, key: KeyRecord, team: TeamRecord | None, table: RoutingTable, until: float, allowed: bool,
                  plan: Plan | None, price: Price | None, budgets: tuple[tuple[str, str, Budget], ...],
                  soft: tuple[float, ...], team_label: str, admitted: tuple[str, str, str], counted: Count) -> None:
         self.key, self.team, self.table = key, team, table
+        self.key_id, self.team_id = key.key_id, key.team_id  # read at each settlement: a struct read here
         self.until = until  # wall seconds
         self.allowed = allowed  # whether the key may use the model
         self.plan = plan  # None: no limit and no budget applies
@@ -164,7 +162,9 @@ class TenantGate:
         self._wall = wall
         self._prices = PriceBook()
         self._default_output = settings.default_output_reservation
-        self._shapes: dict[tuple[int, int, str], _Shape] = {}
+        # By the key record's id, then the model: two lookups by an int and a str (hash kept), not one by a
+        # tuple made and hashed per request. A shape is used only for the very records it was made of.
+        self._shapes: dict[int, dict[str, _Shape]] = {}
         self._hashes: dict[str, bytes] = {}  # presented key -> its keyed hash, for keys that exist
         self._endless: KeyRecord | None = None
         self._warned: set[str] = set()
@@ -236,7 +236,8 @@ class TenantGate:
         if user is not None and len(user) > _MAX_USER_CHARS:
             user = user[:_MAX_USER_CHARS]
         table = self._table()
-        shape = self._shapes.get((id(key), id(team), model))
+        models = self._shapes.get(id(key))
+        shape = models.get(model) if models is not None else None
         if shape is None or shape.key is not key or shape.team is not team or shape.table is not table \
                 or self._wall() >= shape.until:
             shape = self._shape(key, team, model, table, self._wall())
@@ -333,9 +334,12 @@ class TenantGate:
             admitted, self.metrics.requests.count(admitted)))
 
     def _keep(self, key: KeyRecord, team: TeamRecord | None, model: str, shape: _Shape) -> _Shape:
-        if len(self._shapes) > 10_000:
-            self._shapes.clear()
-        self._shapes[(id(key), id(team), model)] = shape
+        models = self._shapes.get(id(key))
+        if models is None or len(models) > 1_000:
+            if len(self._shapes) > 10_000:
+                self._shapes.clear()
+            models = self._shapes[id(key)] = {}
+        models[model] = shape
         return shape
 
     def _soft_warning(self, reservation: Reservation, budgets: tuple[tuple[str, str, Budget], ...], key: KeyRecord,

@@ -7,14 +7,15 @@ from __future__ import annotations
 from sits.tenants.redis_wire import Script
 
 # KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
-# ARGV[2]: the settlements, each "@tokens_delta:nano_delta:member;" then its checks' "kind:limit;" (the
-# check part is the same for every request of a plan: nothing in it is filled in per request); ARGV[3]: the
-# replica's lease id prefix (a member is the prefix and a request's number); ARGV[4]: the admissions'
-# "tokens:nano:member", joined by "|"; then per admission its checks ("kind:limit:amount:seed:period_end_ms;"
-# each: kind r, t, c or b; a budget's limit -1 when soft only; amount 1, or T and B for the request's tokens
-# and nano-USD). Answers one string, the admissions' answers joined by "|": "1" or "1,<budget values
-# before it>" when every check passed (and was taken), "0,<failed check>,<retry after ms>,<reset at ms>"
-# when one did not (and nothing was taken).
+# ARGV[2]: the settlements, each "@;" then its checks' "kind:limit;" (the same for every request of a plan:
+# nothing in it is filled in per request); ARGV[3]: the replica's lease id prefix (a member is the prefix
+# and a request's number); ARGV[4]: every number of the call, little-endian 64-bit integers read in order:
+# each settlement's tokens delta, nano-USD delta and lease number, then the first admission's lease number
+# (the others follow it) and each admission's tokens and nano-USD; then per admission its checks
+# ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's limit -1 when soft only;
+# amount 1, or T and B for the request's tokens and nano-USD). Answers one string, the admissions' answers
+# joined by "|": "1" or "1,<budget values before it>" when every check passed (and was taken),
+# "0,<failed check>,<retry after ms>,<reset at ms>" when one did not (and nothing was taken).
 BATCH_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -22,11 +23,16 @@ local lease = tonumber(ARGV[1])
 local prefix = ARGV[3]
 local W = 60000
 local k = 0
+local numbers, at = ARGV[4], 1
+local function number()  -- the call's next number (little-endian 64-bit integers, in the order they are used)
+  local value
+  value, at = struct.unpack('<i8', numbers, at)
+  return value
+end
 local tokens, nano, member = 0, 0, ''
 for kind, rest in string.gmatch(ARGV[2], '([@%a])([^;]*);') do
   if kind == '@' then
-    local t, b, m = string.match(rest, '^([^:]*):([^:]*):(.*)$')
-    tokens, nano, member = tonumber(t), b, prefix .. m
+    tokens, nano, member = number(), number(), prefix .. string.format('%d', number())
   else
     k = k + 1
     local key = KEYS[k]
@@ -41,8 +47,8 @@ for kind, rest in string.gmatch(ARGV[2], '([@%a])([^;]*);') do
       end
     elseif kind == 'c' then
       redis.call('ZREM', key, member)
-    elseif kind == 'b' and nano ~= '0' then
-      if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, nano) end
+    elseif kind == 'b' and nano ~= 0 then
+      if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, string.format('%d', nano)) end
     end
   end
 end
@@ -107,8 +113,9 @@ local function admit(checks, base, member, T, B)
 end
 local answers = {}
 local plans = {}  -- each plan's checks, parsed once per call: the requests of a batch mostly share theirs
-local j = 5
-for tokens, nano, m in string.gmatch(ARGV[4], '([^:|]+):([^:|]+):([^|]+)') do
+local m = number()
+for j = 5, #ARGV do
+  local tokens, nano = number(), number()
   local plan = plans[ARGV[j]]
   if not plan then
     plan = {}
@@ -118,9 +125,9 @@ for tokens, nano, m in string.gmatch(ARGV[4], '([^:|]+):([^:|]+):([^|]+)') do
     end
     plans[ARGV[j]] = plan
   end
-  answers[#answers + 1] = admit(plan, k, prefix .. m, tonumber(tokens), tonumber(nano))
+  answers[#answers + 1] = admit(plan, k, prefix .. string.format('%d', m), tokens, nano)
   k = k + #plan
-  j = j + 1
+  m = m + 1
 end
 return table.concat(answers, '|')
 """

@@ -23,6 +23,8 @@ import logging
 import math
 import os
 import time
+from asyncio import get_running_loop
+from struct import pack
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -65,30 +67,27 @@ def _number(value: float) -> str:
 
 class Plan:
     """One shape of request (a key, its team, a model, this period): its checks, with their part of the
-    Redis command encoded once; a request only fills in its amounts and its lease id."""
+    Redis command encoded once; a request only adds its amounts (and, at settlement, its lease number)."""
 
-    __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "admit_spec", "_settle_keys",
-                 "_settle_count", "_settle_spec")
+    __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "admit_spec", "settle_keys",
+                 "settle_count", "settle_spec")
 
     def __init__(self, checks: Sequence[Check]) -> None:
         self.checks = tuple(checks)
         self.tokens = any(c.kind == TOKENS for c in checks)
         self.budgets = tuple(c for c in checks if c.kind == BUDGET)
         # Nothing of a request is written into the checks: T and B stand for its tokens and nano-USD, sent
-        # beside them (limit_scripts.py), so a request costs one short formatted string, not a rewrite.
+        # beside them (limit_scripts.py), so a request adds two numbers to its batch, not a rewrite.
         amount = {RATE: "1", CONCURRENCY: "1", TOKENS: "T", BUDGET: "B"}
         spec = "".join(f"{c.kind}:{_number(c.limit)}:{amount[c.kind]}:{c.seed}:{c.period_end_ms};" for c in checks)
-        self.admit_spec = f"${len(spec)}\r\n{spec}\r\n"  # the checks, one encoded argument of the batch command
+        self.admit_spec = _bulk(spec.encode())  # the checks, one encoded argument of the batch command
         self.keys = b"".join(_bulk(c.key.encode()) for c in checks)
         self.key_count = len(checks)
         settled = [c for c in checks if c.kind != RATE]
-        self._settle_keys = b"".join(_bulk(c.key.encode()) for c in settled)
-        self._settle_count = len(settled)
-        self._settle_spec = "".join(f"{c.kind}:{_number(c.limit)};" for c in settled)
-
-    def settlement(self, tokens_delta: int, nano_delta: int, member: int) -> tuple[bytes, int, str]:
-        """(encoded keys, how many, their settlements) for one request, to send in a batch."""
-        return self._settle_keys, self._settle_count, f"@{tokens_delta}:{nano_delta}:{member};{self._settle_spec}"
+        self.settle_keys = b"".join(_bulk(c.key.encode()) for c in settled)
+        self.settle_count = len(settled)
+        # "@;" (where a settlement's three numbers are read, limit_scripts.py) and its checks' "kind:limit;"
+        self.settle_spec = ("@;" + "".join(f"{c.kind}:{_number(c.limit)};" for c in settled)).encode()
 
 
 def _encode_eval(source: str, checks: Sequence[Check]) -> bytes:
@@ -215,14 +214,14 @@ class LocalCounters:
         spent = self._spent.get(check.key)
         return None if spent is None else float(spent)
 
-    def take_budget_spend(self) -> list[tuple[bytes, int, str]]:
+    def take_budget_spend(self) -> list[tuple[bytes, int, bytes, int]]:
         """Back on Redis: what this replica spent alone, as settlements for the shared counters (which
         then hold the truth again); the local budget counters start over at the next loss."""
         spent = []
         for key, value in self._spent.items():
             check = self._budget_checks.get(key)
             if check is not None and value != self._base.get(key, value):
-                spent.append((_bulk(key.encode()), 1, f"@0:{value - self._base[key]}:;b:{_number(check.limit)};"))
+                spent.append((_bulk(key.encode()), 1, f"@;b:{_number(check.limit)};".encode(), value - self._base[key]))
         self._spent.clear()
         self._base.clear()
         self._budget_checks.clear()
@@ -233,9 +232,30 @@ class LocalCounters:
             del self._tat[key]
 
 
-# One request waiting for its batch's answer: (plan, tokens, nano, member, future); a tuple, not an object,
-# since one is made per request.
-_Admission = tuple[Plan, int, int, int, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
+# One request waiting for its batch's answer: (plan, tokens, nano, future); a tuple, not an object, since one
+# is made per request. Its lease number is given when its batch is sent (`_Batch.first` and its place).
+_Admission = tuple[Plan, int, int, "asyncio.Future[Reservation | Denied | RedisUnavailable]"]
+# A finished request's correction: (plan, tokens delta, nano-USD delta, lease number).
+_Settlement = tuple[Plan, int, int, int]
+# What this replica spent alone, handed to the shared counters when Redis is back: (encoded key, 1, its
+# settlement's spec, nano-USD).
+_Handover = tuple[bytes, int, bytes, int]
+
+
+class _Batch:
+    """One script call on its way: what it asked, and where its answer goes (the wire calls it once)."""
+
+    __slots__ = ("limiter", "admissions", "settlements", "handovers", "first", "command")
+
+    def __init__(self, limiter: Limiter, admissions: list[_Admission], settlements: list[_Settlement],
+                 handovers: list[_Handover], first: int, command: bytes) -> None:
+        self.limiter = limiter
+        self.admissions, self.settlements, self.handovers = admissions, settlements, handovers
+        self.first = first  # the first admission's lease number; the others follow in order
+        self.command = command  # b"" once sent again after NOSCRIPT
+
+    def __call__(self, reply: Any) -> None:
+        self.limiter._answered(reply, self)
 
 
 class Limiter:
@@ -269,7 +289,8 @@ class Limiter:
         self.fallbacks = 0  # times Redis was lost
         self.since = clock()
         self._admissions: list[_Admission] = []  # this loop turn's, sent together
-        self._settlements: list[tuple[bytes, int, str]] = []
+        self._settlements: list[_Settlement] = []
+        self._handovers: list[_Handover] = []
         self._scheduled = False
         self._settle_timer: asyncio.TimerHandle | None = None
         self._in_flight = 0  # batches sent and not answered yet
@@ -297,20 +318,20 @@ class Limiter:
                 nano: int) -> Reservation | Denied | asyncio.Future[Reservation | Denied | RedisUnavailable]:
         """Take the request's counters: on Redis, a future answered with this loop turn's script call (a
         `RedisUnavailable` result when Redis failed it: then `alone`); otherwise the answer, counted here."""
-        self._member_no += 1
-        member = self._member_no
         if self.mode == "redis":
-            loop = asyncio.get_running_loop()
+            loop = get_running_loop()
             future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
             admissions = self._admissions
-            admissions.append((plan, tokens, nano, member, future))
+            admissions.append((plan, tokens, nano, future))
             if len(admissions) == self._max_batch:  # full: Redis works on it while this turn reads on
                 self._send()
             elif not self._scheduled:
                 self._scheduled = True
                 loop.call_soon(self._send)
             return future
-        return self.local.admit(plan, tokens, nano, member, self.lease_ms, len(self._members()), self._known_spent)
+        self._member_no += 1
+        return self.local.admit(plan, tokens, nano, self._member_no, self.lease_ms, len(self._members()),
+                                self._known_spent)
 
     def alone(self, plan: Plan, tokens: int, nano: int, failure: RedisUnavailable) -> Reservation | Denied:
         """Redis failed this request's call: from now on (until the probe finds it back) count here alone."""
@@ -320,58 +341,90 @@ class Limiter:
                                 self._known_spent)
 
     def _send(self) -> None:
-        """One script call for what this loop turn has to ask: its settlements, then its admissions."""
+        """One script call for what this loop turn has to ask: its settlements, then its admissions (each
+        given the next lease number here, so a request sends only its tokens and nano-USD)."""
         self._scheduled = False
-        if self._settle_timer is not None:
-            self._settle_timer.cancel()
-            self._settle_timer = None
-        admissions, settlements = self._admissions, self._settlements
-        if not admissions and not settlements:
+        admissions, settlements, handovers = self._admissions, self._settlements, self._handovers
+        if not admissions and not settlements and not handovers:
             return
         self._admissions, self._settlements = [], []
-        keys = [k for k, _, _ in settlements]
-        count = sum(n for _, n, _ in settlements)
+        if handovers:
+            self._handovers = []
+        parts = [b"", self._head, b""]  # the header and the key count, once both are known
+        count = 0
+        spec: list[bytes] = []
+        # Every number of the call, packed as little-endian 64-bit integers in one argument (read in order by
+        # the script): each settlement's tokens, nano-USD and lease number, then the first admission's lease
+        # number and each admission's tokens and nano-USD. No number is formatted as text per request.
+        numbers: list[int] = []
+        for plan, tokens_delta, nano_delta, member in settlements:
+            parts.append(plan.settle_keys)
+            count += plan.settle_count
+            spec.append(plan.settle_spec)
+            numbers.append(tokens_delta)
+            numbers.append(nano_delta)
+            numbers.append(member)
+        for key, n, handed, nano in handovers:
+            parts.append(key)
+            count += n
+            spec.append(handed)
+            numbers.append(0)
+            numbers.append(nano)
+            numbers.append(0)
+        first = self._member_no + 1
+        self._member_no += len(admissions)
+        numbers.append(first)
         for a in admissions:
             plan = a[0]
-            keys.append(plan.keys)
+            parts.append(plan.keys)
             count += plan.key_count
-        spec = "".join(s for _, _, s in settlements).encode()
-        amounts = "|".join([f"{a[1]}:{a[2]}:{a[3]}" for a in admissions]).encode()  # tokens:nano:member
-        command = b"".join((b"*%d\r\n" % (count + 7 + len(admissions)), self._head, _bulk(b"%d" % count),
-                            *keys, self._lease_arg, _bulk(spec), self._prefix_arg, _bulk(amounts),
-                            "".join([a[0].admit_spec for a in admissions]).encode()))
+            numbers.append(a[1])
+            numbers.append(a[2])
+        parts[0] = b"*%d\r\n" % (count + 7 + len(admissions))
+        parts[2] = _bulk(b"%d" % count)
+        parts += (self._lease_arg, _bulk(b"".join(spec)), self._prefix_arg,
+                  _bulk(pack(f"<{len(numbers)}q", *numbers)))
+        parts += [a[0].admit_spec for a in admissions]
+        command = b"".join(parts)
         assert self._redis is not None
         self._in_flight += 1
-        self._redis.send(command, lambda reply: self._answered(reply, admissions, settlements, command))
+        self._redis.send(command, _Batch(self, admissions, settlements, handovers, first, command))
 
-    def _answered(self, reply: Any, admissions: list[_Admission], settlements: list[tuple[bytes, int, str]],
-                  command: bytes) -> None:
-        if command and isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT") and self._redis:
+    def _answered(self, reply: Any, batch: _Batch) -> None:
+        if batch.command and isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT") \
+                and self._redis is not None:
             self._redis.load(BATCH)  # a restarted Redis: load the script, send the same call again
-            self._redis.send(command, lambda again: self._answered(again, admissions, settlements, b""))
+            command, batch.command = batch.command, b""
+            self._redis.send(command, batch)
             return
         self._in_flight -= 1
         if self._in_flight == 0 and self._idle is not None:
             self._idle.set()
+        admissions = batch.admissions
         if isinstance(reply, Exception):
             error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
             for a in admissions:
-                if not a[4].done():
-                    a[4].set_result(error)  # a result, not raised: the gate then counts alone
-            if settlements:  # lost with Redis: leases expire, reservations stay counted (over, never under)
-                log.warning("limits: %d settlements did not reach Redis (%s)", len(settlements), error)
+                if not a[3].done():
+                    a[3].set_result(error)  # a result, not raised: the gate then counts alone
+            if batch.settlements or batch.handovers:  # lost with Redis: leases expire, reservations stay counted
+                log.warning("limits: %d settlements did not reach Redis (%s)",
+                            len(batch.settlements) + len(batch.handovers), error)
             return
-        answers = reply.split(b"|") if len(admissions) > 1 else (reply,)
-        for (plan, tokens, nano, member, future), answer in zip(admissions, answers, strict=False):
+        answers = reply.split(b"|") if len(admissions) > 1 else [reply]
+        member = batch.first
+        last_plan: Plan | None = None  # the plan whose budget answer is to keep, when the next is another
+        last_answer, last_nano = b"", 0
+        for i in range(min(len(admissions), len(answers))):
+            plan, tokens, nano, future = admissions[i]
+            answer: bytes = answers[i]
             outcome: Reservation | Denied
             if answer == b"1":
-                outcome = Reservation(plan, member, "redis", b"")
+                outcome = Reservation(plan, member + i, "redis", b"")
             elif answer[0] == 49:  # "1,<budget values>": kept as they came, read when needed
-                known = self._answers
-                if len(known) > 10_000:
-                    known.clear()
-                known[plan] = (answer, nano)
-                outcome = Reservation(plan, member, "redis", answer)
+                if last_plan is not None and last_plan is not plan:
+                    self._keep_answer(last_plan, last_answer, last_nano)
+                last_plan, last_answer, last_nano = plan, answer, nano
+                outcome = Reservation(plan, member + i, "redis", answer)
             else:
                 _, index, retry_ms, reset_ms = answer.split(b",")
                 outcome = Denied(plan.checks[int(index) - 1], int(retry_ms), int(reset_ms))
@@ -380,6 +433,16 @@ class Limiter:
             except asyncio.InvalidStateError:  # its request went away meanwhile (the future was cancelled)
                 if type(outcome) is Reservation:  # what it took goes back: its lease, its tokens and cost
                     self.settle(outcome, -tokens, -nano)
+        if last_plan is not None:
+            self._keep_answer(last_plan, last_answer, last_nano)
+
+    def _keep_answer(self, plan: Plan, answer: bytes, nano: int) -> None:
+        """The last budget answer of `plan` (and what it reserved): where counting alone starts if Redis
+        is lost (`_spent_when_lost`). Kept once per run of a plan in a batch: the last is what counts."""
+        known = self._answers
+        if len(known) > 10_000:
+            known.clear()
+        known[plan] = (answer, nano)
 
     def _lost(self, exc: Exception) -> None:
         if self.mode != "redis":
@@ -417,14 +480,19 @@ class Limiter:
             self.since = self._clock()
             alone = self.local.take_budget_spend()
             if alone:  # what was spent meanwhile joins the shared budget counters
-                self._settlements.extend(alone)
+                self._handovers.extend(alone)
                 self._schedule()
 
     def _schedule(self) -> None:
-        self._settle_timer = None
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._send)
+            get_running_loop().call_soon(self._send)
+
+    def _settle_timer_fired(self) -> None:
+        """What still waits goes now (a call that went meanwhile took the earlier ones)."""
+        self._settle_timer = None
+        if self._settlements or self._handovers:
+            self._schedule()
 
     # -- settlement ---------------------------------------------------------------------
 
@@ -435,21 +503,26 @@ class Limiter:
         if reservation.backend == "local":
             self.local.settle(plan, tokens_delta, nano_delta, reservation.member, len(self._members()))
             return
-        if not plan._settle_count or self.mode != "redis":
+        if not plan.settle_count or self.mode != "redis":
             return  # Redis away: its leases expire, its reservations stay counted (over, never under)
         settlements = self._settlements
-        settlements.append(plan.settlement(tokens_delta, nano_delta, reservation.member))
+        settlements.append((plan, tokens_delta, nano_delta, reservation.member))
         if len(settlements) > _MAX_PENDING_SETTLEMENTS:
             del settlements[: len(settlements) - _MAX_PENDING_SETTLEMENTS]
-        # They ride with the next admissions' call; without one within SETTLE_DELAY_S, they go alone.
+        # They ride with the next admissions' call; without one within SETTLE_DELAY_S, they go alone. The
+        # timer is not stopped when a call takes them: it fires once, finds nothing or the later ones, and
+        # the next settlement arms it again (one timer per SETTLE_DELAY_S under load, not one per call).
         if self._settle_timer is None and not self._scheduled:
-            self._settle_timer = asyncio.get_running_loop().call_later(SETTLE_DELAY_S, self._schedule)
+            self._settle_timer = get_running_loop().call_later(SETTLE_DELAY_S, self._settle_timer_fired)
 
     async def close(self) -> None:
         """Send what is still to settle (graceful shutdown) and wait for the answer, bounded."""
         if self._probe is not None:
             self._probe.cancel()
-        if self.mode == "redis" and (self._settlements or self._admissions):
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
+            self._settle_timer = None
+        if self.mode == "redis" and (self._settlements or self._admissions or self._handovers):
             self._send()
         if self._in_flight:
             self._idle = asyncio.Event()
@@ -483,4 +556,4 @@ class Limiter:
         return {"mode": self.mode, "shared": self.mode == "redis",
                 "live_replicas": replicas, "share": 1.0 if self.mode == "redis" else round(1 / max(1, replicas), 4),
                 "since_s": round(self._clock() - self.since, 3), "redis_losses": self.fallbacks,
-                "pending_settlements": len(self._settlements)}
+                "pending_settlements": len(self._settlements) + len(self._handovers)}

@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.metrics import BoundedLabels, Tally
-from sits.tenants.records import Usage
+from sits.tenants.usage import Usage
 
 OUTCOMES = frozenset({"admitted", "unauthorized", "forbidden", "rpm", "tpm", "concurrency", "budget"})
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from typing import Final
 
 from sits.state.routing_table import ModelEntry, RoutingTable
-from sits.tenants.records import Price, Usage
-from sits.tuples import new_tuple
+from sits.tenants.records import Price
+from sits.tenants.usage import Usage
 
 FREE_SOURCES: Final = frozenset({"cache", "static-template"})  # answered without calling a model
 _PER_TOKEN: Final = 1e-6  # prices are per million tokens
@@ -49,7 +49,7 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
         details = payload.rfind(b'_details"')
         at = payload.rfind(b'"usage":') if details >= 0 else -1
         if details < at or details < 0:
-            return new_tuple(Usage, (counts[0], 0, counts[1], 0))
+            return Usage(counts[0], 0, counts[1], 0)
     else:
         at = payload.rfind(b'"usage":')
     if at < 0:
@@ -58,8 +58,8 @@ def usage_from(payload: bytes, counts: tuple[int, int] | None = None) -> Usage |
     if prompt is None and completion is None:
         return None
     cached, reasoning = _CACHED.search(payload, at), _REASONING.search(payload, at)
-    return new_tuple(Usage, (int(prompt[1]) if prompt else 0, int(cached[1]) if cached else 0,
-                             int(completion[1]) if completion else 0, int(reasoning[1]) if reasoning else 0))
+    return Usage(int(prompt[1]) if prompt else 0, int(cached[1]) if cached else 0,
+                 int(completion[1]) if completion else 0, int(reasoning[1]) if reasoning else 0)
 
 
 class PriceBook:

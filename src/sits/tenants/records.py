@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, Protocol
 
 from sits.state.token_price import Price as Price  # shared with the routing table; re-exported
+from sits.tenants.usage import SpendRecord as SpendRecord  # re-exported
+from sits.tenants.usage import Usage as Usage  # re-exported
 
 Period = Literal["daily", "weekly", "monthly", "total"]
 LimitKind = Literal["rpm", "tpm", "concurrency", "budget"]
@@ -74,35 +76,6 @@ class KeyRecord:
         if self.expires_at is not None and self.expires_at <= now:
             return False
         return self.valid_until is None or now < self.valid_until
-
-
-# Usage and SpendRecord are made once per request on the data plane: named tuples, immutable like the
-# frozen dataclasses here, cost a fraction of a frozen dataclass's constructor (bench_instructions --tenants).
-class Usage(NamedTuple):
-    """Tokens of one answer by kind, from the upstream's `usage` (or counted when it sent none)."""
-
-    input_tokens: int = 0
-    cached_input_tokens: int = 0  # part of input_tokens
-    output_tokens: int = 0
-    reasoning_tokens: int = 0  # part of output_tokens
-
-
-class SpendRecord(NamedTuple):
-    """One row of the spend log: one request, whatever answered it."""
-
-    request_id: str
-    at: float  # unix seconds when the request ended
-    key_id: str | None
-    team_id: str | None
-    user: str | None  # the client's end-user id (`user` field or `x-sits-user`)
-    model: str
-    endpoint: str  # endpoint id, "cache", "static-template" or "workflow"
-    usage: Usage
-    cost_usd: float
-    latency_ms: float
-    status: int
-    cache_hit: bool = False
-    fallback: bool = False
 
 
 class KeyDirectory(Protocol):

@@ -249,7 +249,8 @@ class ChatCompletionsService(chat_pb2_grpc.ChatCompletionsServicer):
         403 or 429, as PERMISSION_DENIED or RESOURCE_EXHAUSTED with its message and headers as metadata)."""
         assert self._tenants is not None and call.seen is not None
         routing = call.routing
-        await self._tenants.admit(call.seen, call.headers, routing.model, call.fields, routing.prompt_text)
+        await self._tenants.admit(call.seen, call.headers, routing.model, call.fields, routing.prompt_text,
+                                  routing.max_tokens)
         warning = self._tenants.warning(call.headers)
         if warning is not None:  # a soft budget passed: said in the initial metadata
             await context.send_initial_metadata(((WARNING_HEADER.decode(), metadata_value(warning)),))
