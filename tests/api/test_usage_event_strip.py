@@ -25,6 +25,14 @@ def test_the_usage_only_event_is_taken_out_wherever_it_is_in_the_read():
     assert without_usage_event(FINISH + spaced + DONE) == FINISH + DONE
 
 
+def test_an_event_of_several_lines_is_taken_out_whole_and_its_neighbours_kept():
+    # `event:` / `id:` lines beside the data: the newline next to the usage is not the event's edge
+    named = b"event: chunk\n" + USAGE[:-2] + b"\nid: 7\n\n"
+    assert without_usage_event(TEXT + named + DONE) == TEXT + DONE
+    assert without_usage_event(b"id: 6\n" + TEXT + named) == b"id: 6\n" + TEXT
+    assert without_usage_event(named) == b""
+
+
 def test_a_usage_riding_on_an_event_with_choices_or_cut_across_reads_stays():
     riding = event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}})
     assert without_usage_event(riding + DONE) == riding + DONE

@@ -87,5 +87,4 @@ def asking_usage(raw: bytes) -> bytes:
     """A chat body without `stream_options` that asks for the stream's usage event: written into the
     client's bytes (not parsed and dumped again), so a keyed stream is settled on the usage its
     upstream counted. The relay takes that event out again (`ChatStreamRelay`, `strip_usage`)."""
-    at = raw.find(b"{")
-    return raw[:at + 1] + b'"stream_options":{"include_usage":true},' + raw[at + 1:]
+    return raw.replace(b"{", b'{"stream_options":{"include_usage":true},', 1)  # the body's own opening brace

@@ -197,9 +197,17 @@ def without_usage_event(chunk: bytes, at: int = -1) -> bytes:
     field. An event cut across two reads is left as it is. `at`: where its `"usage":{` is, when known."""
     if at < 0:
         at = chunk.rfind(b'"usage":{')
-    start = chunk.rfind(b"\n\n", 0, at)
-    start = 0 if start < 0 else start + 2
-    end = chunk.find(b"\n\n", at)
+    # An event's JSON holds no raw newline, so the newline just before the usage ends the event before
+    # it, and the first one after it ends this one: one-byte searches (memchr), where a two-byte pattern
+    # is scanned for byte by byte. An event of several lines (`event:` or `id:` beside its `data:`) is
+    # told by the newline not being doubled, and searched for by its blank line as such.
+    start = chunk.rfind(b"\n", 0, at) + 1  # 0: the chunk starts with this event
+    if start == 1 or (start > 1 and chunk[start - 2] != 10):  # (10: a newline, read as a byte, not a slice)
+        start = chunk.rfind(b"\n\n", 0, at)
+        start = 0 if start < 0 else start + 2
+    end = chunk.find(b"\n", at)
+    if end >= 0 and (end + 1 == len(chunk) or chunk[end + 1] != 10):
+        end = chunk.find(b"\n\n", at)
     if end < 0:
         return chunk
     end += 2

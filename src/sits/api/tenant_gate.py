@@ -35,10 +35,11 @@ class PromptTokens:
 
     def __init__(self, tokenizers: TokenizerCatalog | None, table: Callable[[], RoutingTable]) -> None:
         self._tokenizers = tokenizers
+        self._bridge = tokenizers.bridge if tokenizers is not None else None  # the catalog's, kept for its life
         self._table = table
 
     def __call__(self, model: str, text: str) -> int:
-        if self._tokenizers is not None and self._tokenizers.bridge.maps:
+        if self._tokenizers is not None and self._bridge is not None and self._bridge.maps:
             entry = self._table().resolve(model)
             counter = self._tokenizers.counter_for(entry.name, entry.tokenizer_family) if entry else None
             if counter is not None:
