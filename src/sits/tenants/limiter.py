@@ -5,13 +5,10 @@ key) are taken in Redis by one script: every check is tested first and then ever
 none is, so concurrent requests on any replica see one consistent count. Rates use GCRA (one number per
 scope: the "theoretical arrival time", a sliding minute without buckets); concurrency is a sorted set of
 leases (a replica that dies leaks nothing past `concurrency_lease_s`); budgets are integer nano-USD
-counters per period. What this replica has to ask (the admissions of the requests that arrived, the
-settlements of those that ended: actual tokens and cost, leases given back) goes in ONE script call
-(EVALSHA): at most one Redis round trip per request, shared. One call is on its way at a time: what
-arrives meanwhile goes in the next, sent when it answers, so under load a call carries what arrived in
-one round trip (fewer calls, writes and reads per request) and an idle replica's request goes at once;
-a turn with more than `max_batch` admissions sends each full batch at once, so Redis works on it while
-the turn reads on.
+counters per period. What one event-loop turn of this replica has to ask (the admissions of the requests
+that arrived, the settlements of those that ended: actual tokens and cost, leases given back) goes in
+ONE script call (EVALSHA): at most one Redis round trip per request, shared; a turn with more than
+`max_batch` admissions sends each full batch at once, so Redis works on it while the turn reads on.
 
 When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
 from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
@@ -328,7 +325,7 @@ class Limiter:
             admissions.append((plan, tokens, nano, future))
             if len(admissions) == self._max_batch:  # full: Redis works on it while this turn reads on
                 self._send()
-            elif not self._scheduled and not self._in_flight:  # else it goes when the call in flight answers
+            elif not self._scheduled:
                 self._scheduled = True
                 loop.call_soon(self._send)
             return future
@@ -401,11 +398,8 @@ class Limiter:
             self._redis.send(command, batch)
             return
         self._in_flight -= 1
-        if not self._in_flight:
-            if self._admissions or self._settlements or self._handovers:
-                self._send()  # what came while this call was on its way: one call for all of it, now
-            elif self._idle is not None:
-                self._idle.set()
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
         admissions = batch.admissions
         if isinstance(reply, Exception):
             error = reply if isinstance(reply, RedisUnavailable) else RedisUnavailable(f"the limits script: {reply}")
@@ -490,7 +484,7 @@ class Limiter:
                 self._schedule()
 
     def _schedule(self) -> None:
-        if not self._scheduled and not self._in_flight:  # else it goes when the call in flight answers
+        if not self._scheduled:
             self._scheduled = True
             get_running_loop().call_soon(self._send)
 
