@@ -116,6 +116,23 @@ async def test_concurrency_limit_answers_429_while_requests_are_in_flight(usage_
         assert (await _chat(c)).http_response.status_code == 200
 
 
+async def test_a_request_refused_for_its_own_bad_input_takes_no_limit(usage_upstream, tenant_gateway):
+    # A malformed x-sits-sla-ms is a 422 before any counter is taken: with one slot of concurrency, the
+    # requests after it are admitted (a slot taken and never given back would refuse them for the lease's
+    # life), and nothing reached the upstream or was spent.
+    keys, spend = Keys(), Spend()
+    keys.add("sk-one", "key_one", limits=Limits(concurrency=1))
+    gateway = await tenant_gateway(tenant_config(usage_upstream.url), keys, spend)
+    async with client(gateway, "sk-one") as c:
+        for _ in range(3):
+            with pytest.raises(openai.UnprocessableEntityError) as caught:
+                await _chat(c, extra_headers={"x-sits-sla-ms": "soon"})
+            assert caught.value.status_code == 422 and "x-sits-sla-ms" in caught.value.message
+        assert usage_upstream.requests == 0
+        assert (await _chat(c)).http_response.status_code == 200
+        assert (await _chat(c)).http_response.status_code == 200
+
+
 async def test_a_spent_hard_budget_is_429_budget_and_a_soft_one_warns(usage_upstream, tenant_gateway, caplog):
     keys, spend = Keys(), Spend()
     # m1: 1000 in at $3/M + 500 out at $15/M = $0.0105 a request
