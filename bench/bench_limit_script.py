@@ -37,7 +37,8 @@ def _commandstats(info: dict) -> tuple[int, int]:
 async def run(redis_url: str, requests: int, batch: int) -> dict:
     import redis.asyncio as aioredis
 
-    from sits.tenants.limiter import BUDGET, CONCURRENCY, RATE, TOKENS, Check, Limiter, Reservation
+    from sits.tenants.limit_plan import BUDGET, CONCURRENCY, RATE, TOKENS, Check, Reservation
+    from sits.tenants.limiter import Limiter
     from sits.tenants.redis_wire import RedisWire
 
     prefix = f"sits:bench:{uuid.uuid4().hex}:"

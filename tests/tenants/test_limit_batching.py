@@ -10,7 +10,8 @@ import uuid
 import redis.asyncio as aioredis
 
 from sits.tenants.limit_scripts import BATCH
-from sits.tenants.limiter import CONCURRENCY, Check, Limiter, Reservation
+from sits.tenants.limit_plan import CONCURRENCY, Check, Reservation
+from sits.tenants.limiter import Limiter
 from sits.tenants.redis_wire import RedisWire
 from tests.tenants.conftest import REDIS_URL
 

@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 import pytest
 import redis.asyncio as aioredis
 
-from sits.tenants.limiter import BUDGET, CONCURRENCY, Check, Denied, Limiter, Reservation
+from sits.tenants.limit_plan import BUDGET, CONCURRENCY, Check, Denied, Reservation
+from sits.tenants.limiter import Limiter
 from sits.tenants.redis_wire import RedisWire
 from tests.api.cluster_harness import RedisServer
 from tests.tenants.conftest import REDIS_URL

@@ -21,7 +21,7 @@ from sits.pipeline.priority import priority_from
 from sits.state.routing_table import RoutingTable
 from sits.telemetry.tracing import RequestTrace
 from sits.tenants.gate import TenantGate, Ticket
-from sits.tenants.limiter import Denied, Reservation
+from sits.tenants.limit_plan import Denied, Reservation
 from sits.tenants.records import KeyRecord, TeamRecord
 from sits.tenants.redis_wire import RedisUnavailable
 from sits.understanding.tokenizers.catalog import TokenizerCatalog

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final, NamedTuple
 
-from sits.tenants.limiter import BUDGET, Check
+from sits.tenants.limit_plan import BUDGET, Check
 from sits.tenants.records import Budget, Period
 
 NANO: Final = 1_000_000_000  # budgets are counted in integer nano-USD

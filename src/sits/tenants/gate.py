@@ -21,7 +21,8 @@ from typing import Final, NamedTuple
 from sits.errors import Forbidden, RateLimited, Unauthorized
 from sits.state.routing_table import RoutingTable
 from sits.tenants.budget import NANO, BudgetChecks, soft_exceeded
-from sits.tenants.limiter import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Limiter, Plan, Reservation
+from sits.tenants.limit_plan import CONCURRENCY, KIND_NAMES, RATE, TOKENS, Check, Denied, Plan, Reservation
+from sits.tenants.limiter import Limiter
 from sits.tenants.redis_wire import RedisUnavailable
 from sits.tenants.usage import SpendRecord, Usage
 from sits.telemetry.metrics import Count
@@ -85,6 +86,7 @@ class Ticket:
         self._done = True
         gate = self._gate
         table = self.table
+        shape = self.shape
         free = endpoint in FREE_SOURCES
         usage = usage_from(raw_usage, counts) if raw_usage else None
         if usage is None and counts is not None:
@@ -98,11 +100,10 @@ class Ticket:
         if self.reservation is not None:
             gate.limiter.settle(self.reservation, usage.input_tokens + usage.output_tokens - self.prompt_tokens
                                 - self.output_tokens, int(cost * NANO + 0.5) - self.reserved_nano)
-        gate.metrics.used(self.shape.team_id, model, table, usage, cost)
+        gate.metrics.used(shape.team_id, model, table, usage, cost)
         requested = self.model
         if requested != model:  # the model named is the one that answered: no alias to look up
             requested = table.aliases.get(requested, requested)
-        shape = self.shape
         gate._sink.record(SpendRecord(
             self.request_id, gate._wall(), shape.key_id, shape.team_id, self.user, model, endpoint, usage, cost,
             seconds * 1000.0, status, free,

@@ -1,6 +1,6 @@
 """The limiter's programs on the Redis side (Lua, run atomically by EVALSHA / EVAL): the per-turn batch
 of admissions and settlements, and the read-only usage query the dashboard asks. The limiter that calls
-them, and what each counter means: tenants/limiter.py."""
+them, and what each counter means: tenants/limiter.py and tenants/limit_plan.py."""
 
 from __future__ import annotations
 

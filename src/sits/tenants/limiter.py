@@ -13,224 +13,40 @@ ONE script call (EVALSHA): at most one Redis round trip per request, shared; a t
 When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
 from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
 every `retry_redis_s`, going back to it without a restart. Worst-case excess per mode:
-docs/limits-and-budgets.md.
+docs/limits-and-budgets.md. The checks and what an admission answers: limit_plan.py; the count alone:
+local_counters.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import time
 from asyncio import get_running_loop
 from collections.abc import Callable, Sequence
 from struct import pack
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
+from sits.tenants.limit_plan import (
+    Check,
+    Denied,
+    Plan,
+    Reservation,
+    budget_values,
+    bulk,
+    encode_eval,
+)
 from sits.tenants.limit_scripts import BATCH, USAGE_LUA
+from sits.tenants.local_counters import LocalCounters
 from sits.tenants.redis_wire import RedisReplyError, RedisUnavailable, RedisWire
 
 log = logging.getLogger("sits.tenants")
 
-WINDOW_MS: Final = 60_000  # rpm and tpm are per minute
-RATE: Final = "r"
-TOKENS: Final = "t"
-CONCURRENCY: Final = "c"
-BUDGET: Final = "b"
-KIND_NAMES: Final = {RATE: "rpm", TOKENS: "tpm", CONCURRENCY: "concurrency", BUDGET: "budget"}
 # A finished request's settlement (lease back, tokens and cost corrected) waits at most this long for
 # the next admissions' script call to ride with, then goes alone.
 SETTLE_DELAY_S: Final = 0.02
 _MAX_PENDING_SETTLEMENTS: Final = 50_000  # beyond: the oldest are dropped (leases expire, reservations stay spent)
-
-class Check(NamedTuple):
-    """One counter a request must pass and takes: `limit` per minute (rates), at once (concurrency) or
-    in nano-USD (budget; -1: soft only, counted but never refused). A request takes 1 of a rate or a
-    concurrency counter, its reserved tokens of a `tpm` one and its reserved cost of a budget."""
-
-    kind: str  # RATE, TOKENS, CONCURRENCY or BUDGET
-    scope: str  # "key", "team" or "key-model": named in the 429
-    key: str  # the counter's name in Redis (and in the local fallback)
-    limit: float
-    seed: int = 0  # budget: what the period has spent so far, when the counter is not in Redis yet
-    period_end_ms: int = 0  # budget: when its period ends (0: never)
-
-
-def _bulk(data: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-class Plan:
-    """One shape of request (a key, its team, a model, this period): its checks, with their part of the
-    Redis command encoded once; a request only adds its amounts (and, at settlement, its lease number)."""
-
-    __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "admit_spec", "settle_keys",
-                 "settle_count", "settle_spec")
-
-    def __init__(self, checks: Sequence[Check]) -> None:
-        self.checks = tuple(checks)
-        self.tokens = any(c.kind == TOKENS for c in checks)
-        self.budgets = tuple(c for c in checks if c.kind == BUDGET)
-        # Nothing of a request is written into the checks: T and B stand for its tokens and nano-USD, sent
-        # beside them (limit_scripts.py), so a request adds two numbers to its batch, not a rewrite.
-        amount = {RATE: "1", CONCURRENCY: "1", TOKENS: "T", BUDGET: "B"}
-        spec = "".join(f"{c.kind}:{_number(c.limit)}:{amount[c.kind]}:{c.seed}:{c.period_end_ms};" for c in checks)
-        self.admit_spec = _bulk(spec.encode())  # the checks, one encoded argument of the batch command
-        self.keys = b"".join(_bulk(c.key.encode()) for c in checks)
-        self.key_count = len(checks)
-        settled = [c for c in checks if c.kind != RATE]
-        self.settle_keys = b"".join(_bulk(c.key.encode()) for c in settled)
-        self.settle_count = len(settled)
-        # "@;" (where a settlement's three numbers are read, limit_scripts.py) and its checks' "kind:limit;"
-        self.settle_spec = ("@;" + "".join(f"{c.kind}:{_number(c.limit)};" for c in settled)).encode()
-
-
-def _encode_eval(source: str, checks: Sequence[Check]) -> bytes:
-    kinds = "".join(c.kind for c in checks).encode()
-    parts = [b"*%d\r\n" % (4 + len(checks) + len(checks)), _bulk(b"EVAL"), _bulk(source.encode()),
-             _bulk(b"%d" % len(checks))]
-    parts += [_bulk(c.key.encode()) for c in checks]
-    parts.append(_bulk(kinds))
-    parts += [_bulk(_number(c.limit).encode()) for c in checks]
-    return b"".join(parts)
-
-
-class Denied(NamedTuple):
-    check: Check
-    retry_after_ms: int
-    reset_at_ms: int  # 0: never (a total budget)
-
-
-class Reservation:
-    """What a request took; given back or corrected at settlement on the backend that took it. A native
-    class, not a named tuple: made and read once per request, each field a struct read compiled."""
-
-    __slots__ = ("plan", "member", "backend", "budget_answer")
-
-    def __init__(self, plan: Plan, member: int, backend: str, budget_answer: bytes) -> None:
-        self.plan = plan
-        self.member = member  # its lease id, within this limiter (`Limiter.lease_id`)
-        self.backend = backend  # "redis" or "local"
-        # Each budget check's counter before this request (nano-USD) as the script answered it: "1,<v>,<v>..."
-        # (b"" without budgets). Read only where a soft budget is checked: `budget_spent`.
-        self.budget_answer = budget_answer
-
-    @property
-    def budget_spent(self) -> list[int]:
-        return _budget_values(self.budget_answer)
-
-
-def _budget_values(answer: bytes) -> list[int]:
-    """The budget counters of an admission's answer ("1,<v>,<v>..."), in the plan's order."""
-    return [int(v) for v in answer[2:].split(b",")] if len(answer) > 2 else []
-
-
-class LocalCounters:
-    """The same checks in this process's memory, each limit cut to this replica's share."""
-
-    def __init__(self, wall_ms: Callable[[], int]) -> None:
-        self._wall_ms = wall_ms
-        self._tat: dict[str, float] = {}
-        self._leases: dict[str, dict[int, float]] = {}
-        self._spent: dict[str, int] = {}
-        self._base: dict[str, int] = {}  # budget spent when this replica started counting it alone
-        self._budget_checks: dict[str, Check] = {}  # by counter name: to hand the local spend to Redis later
-
-    def admit(self, plan: Plan, tokens: int, nano: int, member: int, lease_ms: int, replicas: int,
-              known_spent: dict[str, int]) -> Reservation | Denied:
-        now = self._wall_ms()
-        share = 1.0 / max(1, replicas)
-        seen: list[float] = []
-        for check in plan.checks:
-            kind = check.kind
-            if kind == RATE or kind == TOKENS:
-                amount = tokens if kind == TOKENS else 1
-                tat = max(self._tat.get(check.key, 0.0), now)
-                step = min(amount * WINDOW_MS / (check.limit * share), WINDOW_MS)
-                if tat + step - now > WINDOW_MS:
-                    return Denied(check, math.ceil(tat + step - now - WINDOW_MS), math.ceil(tat))
-                seen.append(tat)
-            elif kind == CONCURRENCY:
-                leases = self._leases.get(check.key)
-                if leases:
-                    for m in [m for m, until in leases.items() if until <= now]:
-                        del leases[m]
-                if leases and len(leases) >= max(1, math.floor(check.limit * share)):
-                    return Denied(check, 1000, math.ceil(min(leases.values())))
-                seen.append(0.0)
-            else:
-                spent = self._spent.get(check.key)
-                if spent is None:
-                    spent = known_spent.get(check.key, check.seed)
-                    self._base[check.key] = spent
-                    self._budget_checks[check.key] = check
-                base = self._base.get(check.key, spent)
-                if check.limit >= 0 and spent >= base + (check.limit - base) * share:
-                    return Denied(check, max(0, check.period_end_ms - now) if check.period_end_ms else 0,
-                                  check.period_end_ms)
-                seen.append(spent)
-        budgets: list[bytes] = [b"1"]
-        for check, value in zip(plan.checks, seen, strict=True):
-            if check.kind == RATE or check.kind == TOKENS:
-                amount = tokens if check.kind == TOKENS else 1
-                self._tat[check.key] = value + amount * WINDOW_MS / (check.limit * share)
-            elif check.kind == CONCURRENCY:
-                self._leases.setdefault(check.key, {})[member] = now + lease_ms
-            else:
-                self._spent[check.key] = int(value) + nano
-                budgets.append(b"%d" % int(value))
-        if len(self._tat) > 10_000:
-            self._forget_idle(now)
-        return Reservation(plan, member, "local", b",".join(budgets) if len(budgets) > 1 else b"")
-
-    def settle(self, plan: Plan, tokens_delta: int, nano_delta: int, member: int, replicas: int) -> None:
-        now = self._wall_ms()
-        share = 1.0 / max(1, replicas)
-        for check in plan.checks:
-            if check.kind == TOKENS:
-                tat = max(self._tat.get(check.key, 0.0), now) + tokens_delta * WINDOW_MS / (check.limit * share)
-                self._tat[check.key] = tat
-            elif check.kind == CONCURRENCY:
-                self._leases.get(check.key, {}).pop(member, None)
-            elif check.kind == BUDGET and check.key in self._spent:
-                self._spent[check.key] += nano_delta
-
-    def spent(self, key: str) -> int | None:
-        return self._spent.get(key)
-
-    def usage(self, check: Check, share: float) -> float | None:
-        """What `check`'s counter holds here now (as `Limiter.usage`): units in use, leases or nano-USD."""
-        now = self._wall_ms()
-        if check.kind == RATE or check.kind == TOKENS:
-            tat = self._tat.get(check.key, 0.0)
-            return max(0.0, tat - now) * check.limit * share / WINDOW_MS
-        if check.kind == CONCURRENCY:
-            return float(sum(1 for until in self._leases.get(check.key, {}).values() if until > now))
-        spent = self._spent.get(check.key)
-        return None if spent is None else float(spent)
-
-    def take_budget_spend(self) -> list[tuple[bytes, int, bytes, int]]:
-        """Back on Redis: what this replica spent alone, as settlements for the shared counters (which
-        then hold the truth again); the local budget counters start over at the next loss."""
-        spent = []
-        for key, value in self._spent.items():
-            check = self._budget_checks.get(key)
-            if check is not None and value != self._base.get(key, value):
-                spent.append((_bulk(key.encode()), 1, f"@;b:{_number(check.limit)};".encode(), value - self._base[key]))
-        self._spent.clear()
-        self._base.clear()
-        self._budget_checks.clear()
-        return spent
-
-    def _forget_idle(self, now: float) -> None:
-        for key in [k for k, tat in self._tat.items() if tat < now]:
-            del self._tat[key]
-
 
 # One request waiting for its batch's answer: (plan, tokens, nano, future); a tuple, not an object, since one
 # is made per request. Its lease number is given when its batch is sent (`_Batch.first` and its place).
@@ -269,12 +85,12 @@ class Limiter:
         self._redis = redis
         self._members = members
         self.lease_ms = int(lease_s * 1000)
-        self._head = b"$7\r\nEVALSHA\r\n" + _bulk(BATCH.sha.encode())
-        self._lease_arg = _bulk(b"%d" % self.lease_ms)
+        self._head = b"$7\r\nEVALSHA\r\n" + bulk(BATCH.sha.encode())
+        self._lease_arg = bulk(b"%d" % self.lease_ms)
         # Lease ids: this prefix (unique across replicas and restarts) and a number per request, joined by
         # the script, so a request sends only its number.
         self._lease_prefix = os.urandom(6).hex() + "-"
-        self._prefix_arg = _bulk(self._lease_prefix.encode())
+        self._prefix_arg = bulk(self._lease_prefix.encode())
         self._member_no = 0
         self._retry_s = retry_redis_s
         self._max_batch = max_batch  # 0: one call per loop turn
@@ -381,9 +197,9 @@ class Limiter:
             numbers.append(a[1])
             numbers.append(a[2])
         parts[0] = b"*%d\r\n" % (count + 7 + len(admissions))
-        parts[2] = _bulk(b"%d" % count)
-        parts += (self._lease_arg, _bulk(b"".join(spec)), self._prefix_arg,
-                  _bulk(pack(f"<{len(numbers)}q", *numbers)))
+        parts[2] = bulk(b"%d" % count)
+        parts += (self._lease_arg, bulk(b"".join(spec)), self._prefix_arg,
+                  bulk(pack(f"<{len(numbers)}q", *numbers)))
         parts += [a[0].admit_spec for a in admissions]
         command = b"".join(parts)
         assert self._redis is not None
@@ -462,7 +278,7 @@ class Limiter:
         over, never under."""
         known: dict[str, int] = {}
         for plan, (answer, nano) in self._answers.items():
-            for check, spent in zip(plan.budgets, _budget_values(answer), strict=False):
+            for check, spent in zip(plan.budgets, budget_values(answer), strict=False):
                 known[check.key] = max(known.get(check.key, 0), spent + nano)
         self._answers.clear()
         return known
@@ -538,7 +354,7 @@ class Limiter:
         if not checks:
             return []
         if self.mode == "redis" and self._redis is not None:
-            command = _encode_eval(USAGE_LUA, checks)
+            command = encode_eval(USAGE_LUA, checks)
             try:
                 reply = await self._redis.call(command)
             except (RedisUnavailable, RedisReplyError) as exc:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple, Protocol
 
 from sits.tenants.budget import NANO, period_window
-from sits.tenants.limiter import BUDGET, CONCURRENCY, RATE, TOKENS, Check, Limiter
+from sits.tenants.limit_plan import BUDGET, CONCURRENCY, RATE, TOKENS, Check
+from sits.tenants.limiter import Limiter
 from sits.tenants.records import Budget, KeyRecord, Limits, Period, TeamRecord
 
 DEFAULT_TOP = 10
