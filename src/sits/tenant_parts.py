@@ -74,7 +74,8 @@ class TenantParts:
         limits = self.config.limits
         self._redis = RedisWire(limits.redis_url, limits.redis_timeout_s) if limits.redis_url else None
         self._limiter = limiter = Limiter(self._redis, members, lease_s=limits.concurrency_lease_s,
-                                          retry_redis_s=limits.retry_redis_s, max_batch=limits.max_batch)
+                                          retry_redis_s=limits.retry_redis_s, max_batch=limits.max_batch,
+                                          credit_s=limits.credit_s)
         metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
         if self._registry is not None:
             self._registry.register(metrics)

@@ -58,7 +58,8 @@ async def test_a_settlement_rides_with_the_next_admission_and_gives_its_lease_ba
     await plain.script_load(BATCH.source)  # loaded: the first call is the script call itself
     relay = CountingRelay()
     await relay.start()
-    limiter = Limiter(RedisWire(f"redis://127.0.0.1:{relay.port}/0"), lambda: ["replica-a"])  # type: ignore[arg-type]
+    limiter = Limiter(RedisWire(f"redis://127.0.0.1:{relay.port}/0"), lambda: ["replica-a"],  # type: ignore[arg-type]
+                      credit_s=None)  # every admission on Redis: the batching of per-request calls
     key = f"sits:test:{uuid.uuid4().hex}:c"
     try:
         plan = limiter.plan([Check(CONCURRENCY, "key", key, 100)])

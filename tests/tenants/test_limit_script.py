@@ -27,7 +27,9 @@ def _prefix() -> str:
 @asynccontextmanager
 async def _on_redis(key: str, **limiter_args: float) -> AsyncIterator[tuple[Limiter, aioredis.Redis]]:
     """A limiter on the real Redis and a plain client to look at `key` with; `key` deleted after."""
-    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"], **limiter_args)  # type: ignore[arg-type]
+    # Every request on Redis (no credits): these tests are of the script's per-request admission.
+    limiter = Limiter(RedisWire(REDIS_URL), lambda: ["replica-a"], credit_s=None,  # type: ignore[arg-type]
+                      **limiter_args)
     plain = aioredis.from_url(REDIS_URL)
     try:
         yield limiter, plain
@@ -61,7 +63,8 @@ async def test_counting_alone_starts_from_the_budget_redis_last_answered():
     # from the last one (with its reservation), not from the period's seed.
     server = RedisServer()
     server.start()
-    limiter = Limiter(RedisWire(server.url, timeout_s=0.3), lambda: ["replica-a"], retry_redis_s=60)
+    limiter = Limiter(RedisWire(server.url, timeout_s=0.3), lambda: ["replica-a"], retry_redis_s=60,
+                      credit_s=None)
     try:
         plan = limiter.plan([Check(BUDGET, "key", _prefix() + "b", 10_000, period_end_ms=0)])
         assert isinstance(await limiter.admit(plan, 0, 1_000), Reservation)

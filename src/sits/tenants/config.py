@@ -42,6 +42,11 @@ class LimitsConfig(_Strict):
     retry_redis_s: PositiveFloat = 1.0
     # A concurrency slot a replica took and never gave back (it died) frees itself after this long.
     concurrency_lease_s: PositiveFloat = 600.0
+    # Per-replica credits (tenants/credits.py): where every limit of a request's key, team and model is
+    # large (rpm >= 600, tpm >= 100,000, concurrency >= 32; budgets any), a replica takes many requests' worth
+    # from Redis at once and admits them in memory for at most this long (bounds: docs/limits-and-budgets.md).
+    # null: every request admitted on Redis.
+    credit_s: Annotated[float, Field(gt=0, le=5)] | None = 0.5
     # Admissions per Redis call: a call goes as soon as this many wait, so Redis works on it while the
     # gateway reads the rest of the loop turn's requests (0: one call per loop turn, however many).
     max_batch: Annotated[int, Field(ge=0, le=10_000)] = 8

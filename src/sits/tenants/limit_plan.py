@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
+from sits.tenants.credits import MIN_CONCURRENCY, MIN_RATE_PER_MINUTE, MIN_TOKENS_PER_MINUTE, Credit
+
 WINDOW_MS: Final = 60_000  # rpm and tpm are per minute
 RATE: Final = "r"
 TOKENS: Final = "t"
@@ -40,7 +42,8 @@ class Plan:
     Redis command encoded once; a request only adds its amounts (and, at settlement, its lease number)."""
 
     __slots__ = ("checks", "tokens", "budgets", "keys", "key_count", "admit_spec", "settle_keys",
-                 "settle_count", "settle_spec")
+                 "settle_count", "settle_spec", "give_back_spec", "slotted", "hard", "creditable", "credit", "granting",
+                 "grant_after", "grant_size", "slot_size")
 
     def __init__(self, checks: Sequence[Check]) -> None:
         self.checks = tuple(checks)
@@ -58,6 +61,19 @@ class Plan:
         self.settle_count = len(settled)
         # "@;" (where a settlement's three numbers are read, limit_scripts.py) and its checks' "kind:limit;"
         self.settle_spec = ("@;" + "".join(f"{c.kind}:{number(c.limit)};" for c in settled)).encode()
+        # A credit's give-back (credits.py): "&;" (where its numbers are read) and every check's "kind:limit;"
+        self.give_back_spec = ("&;" + "".join(f"{c.kind}:{number(c.limit)};" for c in checks)).encode()
+        self.slotted = any(c.kind == CONCURRENCY for c in checks)
+        self.hard = any(c.kind == BUDGET and c.limit >= 0 for c in checks)  # a hard budget applies
+        # Credits (credits.py, limiter.py): whether this plan may use them, the one its requests take now,
+        # whether a grant is on its way, no grant asked before `grant_after` (monotonic s: one was refused),
+        # and the size of the next grant (requests, concurrency slots).
+        self.creditable = False  # set by the limiter when credits are on and `creditable(checks)`
+        self.credit: Credit | None = None
+        self.granting = False
+        self.grant_after = 0.0
+        self.grant_size = 0
+        self.slot_size = 0
 
 
 def encode_eval(source: str, checks: Sequence[Check]) -> bytes:
@@ -70,6 +86,17 @@ def encode_eval(source: str, checks: Sequence[Check]) -> bytes:
     return b"".join(parts)
 
 
+def creditable(checks: Sequence[Check]) -> bool:
+    """Whether a plan's requests may be admitted on credit (credits.py): every limit large enough that a
+    replica's grant is a small part of it (budgets: any; a grant takes at most a share of what is left)."""
+    for check in checks:
+        kind, limit = check.kind, check.limit
+        if kind == RATE and limit < MIN_RATE_PER_MINUTE or kind == TOKENS and limit < MIN_TOKENS_PER_MINUTE \
+                or kind == CONCURRENCY and limit < MIN_CONCURRENCY:
+            return False
+    return True
+
+
 class Denied(NamedTuple):
     check: Check
     retry_after_ms: int
@@ -80,12 +107,14 @@ class Reservation:
     """What a request took; given back or corrected at settlement on the backend that took it. A native
     class, not a named tuple: made and read once per request, each field a struct read compiled."""
 
-    __slots__ = ("plan", "member", "backend", "budget_answer")
+    __slots__ = ("plan", "member", "backend", "budget_answer", "credit")
 
-    def __init__(self, plan: Plan, member: int, backend: str, budget_answer: bytes) -> None:
+    def __init__(self, plan: Plan, member: int, backend: str, budget_answer: bytes,
+                 credit: Credit | None = None) -> None:
         self.plan = plan
+        self.credit = credit  # the credit it was admitted on (backend "credit"), settled there while it lasts
         self.member = member  # its lease id, within this limiter (`Limiter.lease_id`)
-        self.backend = backend  # "redis" or "local"
+        self.backend = backend  # "redis", "credit" or "local"
         # Each budget check's counter before this request (nano-USD) as the script answered it: "1,<v>,<v>..."
         # (b"" without budgets). Read only where a soft budget is checked: `budget_spent`.
         self.budget_answer = budget_answer

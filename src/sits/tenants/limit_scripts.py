@@ -6,16 +6,22 @@ from __future__ import annotations
 
 from sits.tenants.redis_wire import Script
 
-# KEYS: the counters of the settlements, then of each admission's checks, in order. ARGV[1]: lease_ms;
-# ARGV[2]: the settlements, each "@;" then its checks' "kind:limit;" (the same for every request of a plan:
-# nothing in it is filled in per request); ARGV[3]: the replica's lease id prefix (a member is the prefix
-# and a request's number); ARGV[4]: every number of the call, little-endian 64-bit integers read in order:
-# each settlement's tokens delta, nano-USD delta and lease number, then the first admission's lease number
-# (the others follow it) and each admission's tokens and nano-USD; then per admission its checks
+# KEYS: the counters of the settlements and give-backs, then of each admission's checks, then of each
+# grant's, in order. ARGV[1]: lease_ms; ARGV[2]: the settlements, each "@;" then its checks' "kind:limit;"
+# (the same for every request of a plan: nothing in it is filled in per request), and the give-backs, each
+# "&;" then every check of its plan; ARGV[3]: the replica's lease id prefix (a member is the prefix and a
+# number); ARGV[4]: every number of the call, little-endian 64-bit integers read in order: each settlement's
+# tokens delta, nano-USD delta and lease number; each give-back's rate units, tokens and nano-USD returned,
+# its count of free slots and their lease numbers; then the first admission's lease number (the others
+# follow it), the count of grants, each admission's tokens and nano-USD, and, with grants, the live
+# replicas, the rate margin (ms), the smallest grant, and per grant its requests, slots, tokens and
+# nano-USD per request and first slot's lease number. ARGV[5..]: per admission, then per grant, its checks
 # ("kind:limit:amount:seed:period_end_ms;" each: kind r, t, c or b; a budget's limit -1 when soft only;
-# amount 1, or T and B for the request's tokens and nano-USD). Answers one string, the admissions' answers
-# joined by "|": "1" or "1,<budget values before it>" when every check passed (and was taken),
-# "0,<failed check>,<retry after ms>,<reset at ms>" when one did not (and nothing was taken).
+# amount 1, or T and B for the request's tokens and nano-USD). Answers one string, the admissions' then
+# the grants' answers joined by "|": "1" or "1,<budget values before it>" when every check passed (and was
+# taken), "0,<failed check>,<retry after ms>,<reset at ms>" when one did not (and nothing was taken); a
+# grant "g<requests>:<slots>:1,<budget values after it>" or "0" (refused: nothing taken). Grants:
+# tenants/credits.py.
 BATCH_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,24 +35,32 @@ local function number()  -- the call's next number (little-endian 64-bit integer
   value, at = struct.unpack('<i8', numbers, at)
   return value
 end
-local tokens, nano, member = 0, 0, ''
-for kind, rest in string.gmatch(ARGV[2], '([@%a])([^;]*);') do
+local rate, tokens, nano, member, members = 0, 0, 0, '', nil
+for kind, rest in string.gmatch(ARGV[2], '([@&%a])([^;]*);') do
   if kind == '@' then
-    tokens, nano, member = number(), number(), prefix .. string.format('%d', number())
+    rate, tokens, nano, member, members = 0, number(), number(), prefix .. string.format('%d', number()), nil
+  elseif kind == '&' then  -- a credit's give-back: what it did not use (negative: used beyond its grant)
+    rate, tokens, nano, members = -number(), -number(), -number(), {}
+    for i = 1, number() do members[i] = prefix .. string.format('%d', number()) end
   else
     k = k + 1
     local key = KEYS[k]
-    if kind == 't' and tokens ~= 0 then
+    local units = kind == 'r' and rate or tokens
+    if (kind == 't' or kind == 'r') and units ~= 0 then
       local tat = tonumber(redis.call('GET', key) or '0')
       if tat < now then tat = now end
-      tat = tat + tokens * W / tonumber(string.sub(rest, 2))
+      tat = tat + units * W / tonumber(string.sub(rest, 2))
       if tat > now then
         redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
       else
         redis.call('DEL', key)
       end
     elseif kind == 'c' then
-      redis.call('ZREM', key, member)
+      if members == nil then
+        redis.call('ZREM', key, member)
+      elseif #members > 0 then
+        redis.call('ZREM', key, unpack(members))
+      end
     elseif kind == 'b' and nano ~= 0 then
       if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, string.format('%d', nano)) end
     end
@@ -111,23 +125,97 @@ local function admit(checks, base, member, T, B)
   end
   return out
 end
+-- A grant (tenants/credits.py): n requests' worth of every check and s concurrency slots, each check at
+-- most its headroom / (2 x replicas) (a rate's headroom keeping `margin` ms of its minute free), all or none.
+local function grant(checks, base, n, s, T, B, replicas, margin, smallest, first)
+  local seen, fresh, slotted = {}, {}, false
+  for i, c in ipairs(checks) do
+    local kind, limit, key = c[1], c[2], KEYS[base + i]
+    local fit = n
+    if kind == 'r' or kind == 't' then
+      local unit = kind == 'r' and 1 or T
+      local tat = tonumber(redis.call('GET', key) or '0')
+      if tat < now then tat = now end
+      seen[i] = tat
+      if unit > 0 then fit = math.floor((W - margin - (tat - now)) * limit / W / (2 * replicas) / unit) end
+    elseif kind == 'c' then
+      slotted = true
+      local held = redis.call('ZCARD', key)
+      if held + 2 * replicas * s > limit then
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+        held = redis.call('ZCARD', key)
+      end
+      local room = math.floor((limit - held) / (2 * replicas))
+      if room < s then s = room end
+    else
+      local held = redis.call('GET', key)
+      local spent = tonumber(held or c[4])
+      seen[i] = spent
+      fresh[i] = not held
+      if limit >= 0 and B > 0 then fit = math.floor((limit - spent) / (2 * replicas) / B) end
+    end
+    if fit < n then n = fit end
+  end
+  if n < smallest or (slotted and s < 1) then return '0' end
+  local out = string.format('g%d:%d:1', n, slotted and s or 0)
+  for i, c in ipairs(checks) do
+    local kind, limit, key = c[1], c[2], KEYS[base + i]
+    if kind == 'r' or kind == 't' then
+      local tat = seen[i] + n * (kind == 'r' and 1 or T) * W / limit
+      redis.call('SET', key, string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1000)
+    elseif kind == 'c' then
+      local args = {}
+      for j = 0, s - 1 do
+        args[#args + 1] = now + lease
+        args[#args + 1] = prefix .. string.format('%d', first + j)
+      end
+      redis.call('ZADD', key, unpack(args))
+      redis.call('PEXPIRE', key, lease + 1000)
+    else
+      local after = seen[i] + n * B
+      if not fresh[i] then
+        redis.call('INCRBY', key, string.format('%.0f', n * B))
+      elseif c[5] > 0 then
+        redis.call('SET', key, string.format('%.0f', after), 'PX', math.max(1000, c[5] + 86400000 - now))
+      else
+        redis.call('SET', key, string.format('%.0f', after))
+      end
+      out = out .. string.format(',%.0f', after)
+    end
+  end
+  return out
+end
 local answers = {}
 local plans = {}  -- each plan's checks, parsed once per call: the requests of a batch mostly share theirs
-local m = number()
-for j = 5, #ARGV do
-  local tokens, nano = number(), number()
-  local plan = plans[ARGV[j]]
+local function checks_of(spec)
+  local plan = plans[spec]
   if not plan then
     plan = {}
-    for kind, limit, amount, seed, ends in string.gmatch(ARGV[j], '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
+    for kind, limit, amount, seed, ends in string.gmatch(spec, '(%a):([^:]+):([^:]+):([^:]+):([^;]+);') do
       if amount ~= 'T' and amount ~= 'B' then amount = tonumber(amount) end
       plan[#plan + 1] = {kind, tonumber(limit), amount, tonumber(seed), tonumber(ends)}
     end
-    plans[ARGV[j]] = plan
+    plans[spec] = plan
   end
+  return plan
+end
+local m = number()
+local grants = number()
+for j = 5, #ARGV - grants do
+  local tokens, nano = number(), number()
+  local plan = checks_of(ARGV[j])
   answers[#answers + 1] = admit(plan, k, prefix .. string.format('%d', m), tokens, nano)
   k = k + #plan
   m = m + 1
+end
+if grants > 0 then
+  local replicas, margin, smallest = number(), number(), number()
+  for j = #ARGV - grants + 1, #ARGV do
+    local n, s, T, B, first = number(), number(), number(), number(), number()
+    local plan = checks_of(ARGV[j])
+    answers[#answers + 1] = grant(plan, k, n, s, T, B, replicas, margin, smallest, first)
+    k = k + #plan
+  end
 end
 return table.concat(answers, '|')
 """

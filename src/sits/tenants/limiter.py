@@ -10,6 +10,11 @@ that arrived, the settlements of those that ended: actual tokens and cost, lease
 ONE script call (EVALSHA): at most one Redis round trip per request, shared; a turn with more than
 `max_batch` admissions sends each full batch at once, so Redis works on it while the turn reads on.
 
+Where every limit of a plan is large (credits.py), a replica takes a grant of many requests' worth of its
+checks in that same call and admits and settles the plan's requests in memory until the grant is used up or
+its lifetime passes (no round trip, no await), asking for the next grant when half is used; what a credit
+did not use is given back.
+
 When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
 from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
 every `retry_redis_s`, going back to it without a restart. Worst-case excess per mode:
@@ -28,6 +33,7 @@ from collections.abc import Callable, Sequence
 from struct import pack
 from typing import Any, Final
 
+from sits.tenants.credits import FIRST_GRANT, FIRST_SLOTS, MAX_GRANT, MAX_SLOTS, MIN_GRANT, Credit
 from sits.tenants.limit_plan import (
     Check,
     Denied,
@@ -35,6 +41,7 @@ from sits.tenants.limit_plan import (
     Reservation,
     budget_values,
     bulk,
+    creditable,
     encode_eval,
 )
 from sits.tenants.limit_scripts import BATCH, USAGE_LUA
@@ -56,17 +63,24 @@ _Settlement = tuple[Plan, int, int, int]
 # What this replica spent alone, handed to the shared counters when Redis is back: (encoded key, 1, its
 # settlement's spec, nano-USD).
 _Handover = tuple[bytes, int, bytes, int]
+# A grant asked (credits.py): (plan, tokens and nano-USD a request, requests, slots, first slot's lease number).
+_Grant = tuple[Plan, int, int, int, int, int]
+# What an ended credit did not use: (plan, rate units, tokens, nano-USD, free slots' lease numbers).
+_GiveBack = tuple[Plan, int, int, int, list[int]]
 
 
 class _Batch:
     """One script call on its way: what it asked, and where its answer goes (the wire calls it once)."""
 
-    __slots__ = ("limiter", "admissions", "settlements", "handovers", "first", "command")
+    __slots__ = ("limiter", "admissions", "settlements", "handovers", "grants", "sent_at", "first", "command")
 
     def __init__(self, limiter: Limiter, admissions: list[_Admission], settlements: list[_Settlement],
-                 handovers: list[_Handover], first: int, command: bytes) -> None:
+                 handovers: list[_Handover], grants: list[_Grant], sent_at: float, first: int,
+                 command: bytes) -> None:
         self.limiter = limiter
         self.admissions, self.settlements, self.handovers = admissions, settlements, handovers
+        self.grants = grants
+        self.sent_at = sent_at  # with grants: their credits end `credit_s` after this (monotonic s)
         self.first = first  # the first admission's lease number; the others follow in order
         self.command = command  # b"" once sent again after NOSCRIPT
 
@@ -79,9 +93,10 @@ class Limiter:
 
     def __init__(self, redis: RedisWire | None, members: Callable[[], Sequence[str]], *,
                  lease_s: float = 600.0, retry_redis_s: float = 1.0, max_batch: int = 0,
-                 clock: Callable[[], float] = time.monotonic,
+                 credit_s: float | None = 0.5, clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        """`redis`: where limits are shared (None: this replica counts alone, its share of each limit)."""
+        """`redis`: where limits are shared (None: this replica counts alone, its share of each limit);
+        `credit_s`: a credit's lifetime (credits.py; None: every request admitted on Redis)."""
         self._redis = redis
         self._members = members
         self.lease_ms = int(lease_s * 1000)
@@ -111,9 +126,20 @@ class Limiter:
         self._settle_timer: asyncio.TimerHandle | None = None
         self._in_flight = 0  # batches sent and not answered yet
         self._idle: asyncio.Event | None = None
-
+        self._credit_s = credit_s
+        self._margin_ms = int(credit_s * 1000) if credit_s is not None else 0
+        self._grants: list[_Grant] = []  # asked this loop turn
+        self._give_backs: list[_GiveBack] = []
+        self._credited: set[Plan] = set()  # the plans holding a credit (`plan.credit`), and some that did
+        self._sweep_timer: asyncio.TimerHandle | None = None
+        self.credited_requests = 0  # admitted on credits that have ended
+        self.grants = 0  # grants answered, given or refused
     def plan(self, checks: Sequence[Check]) -> Plan:
-        return Plan(checks)
+        plan = Plan(checks)
+        if self._credit_s is not None and creditable(checks):
+            plan.creditable = True
+            plan.grant_size, plan.slot_size = FIRST_GRANT, FIRST_SLOTS
+        return plan
 
     # -- admission ----------------------------------------------------------------------
 
@@ -133,12 +159,29 @@ class Limiter:
     def reserve(self, plan: Plan, tokens: int,
                 nano: int) -> Reservation | Denied | asyncio.Future[Reservation | Denied | RedisUnavailable]:
         """Take the request's counters: on Redis, a future answered with this loop turn's script call (a
-        `RedisUnavailable` result when Redis failed it: then `alone`); otherwise the answer, counted here."""
+        `RedisUnavailable` result when Redis failed it: then `alone`); otherwise the answer, counted here (on
+        the plan's credit, or alone)."""
+        credit = plan.credit
+        if credit is not None and credit.requests > 0 and credit.tokens >= tokens and credit.nano >= nano \
+                and self._clock() < credit.expires:
+            free = credit.free
+            if free is None or free:
+                credit.requests -= 1
+                credit.tokens -= tokens
+                credit.nano -= nano
+                if credit.requests == credit.refill_at and not plan.granting:
+                    self._ask_grant(plan, tokens, nano)
+                return Reservation(plan, free.pop() if free is not None else 0, "credit", credit.answer, credit)
+            credit.slots_short = True  # every slot in use: this request on Redis, the next grant with more
+            if not plan.granting:
+                self._ask_grant(plan, tokens, nano)
         if self.mode == "redis":
             loop = get_running_loop()
             future: asyncio.Future[Reservation | Denied | RedisUnavailable] = loop.create_future()
             admissions = self._admissions
             admissions.append((plan, tokens, nano, future))
+            if plan.creditable and not plan.granting:  # none, or it ended, ran out or was too small for this one
+                self._ask_grant(plan, tokens, nano)
             if len(admissions) == self._max_batch:  # full: Redis works on it while this turn reads on
                 self._send()
             elif not self._scheduled:
@@ -156,16 +199,29 @@ class Limiter:
         return self.local.admit(plan, tokens, nano, self._member_no, self.lease_ms, len(self._members()),
                                 self._known_spent)
 
+    def _ask_grant(self, plan: Plan, tokens: int, nano: int) -> None:
+        """A grant of `plan` goes with this loop turn's call, sized on `tokens` and `nano` a request."""
+        if self.mode != "redis" or plan.grant_after and self._clock() < plan.grant_after:
+            return  # its last grant was refused: requests go one by one a while
+        plan.granting = True
+        self._grants.append((plan, tokens, nano, plan.grant_size, plan.slot_size if plan.slotted else 0, 0))
+        self._schedule()
+
     def _send(self) -> None:
         """One script call for what this loop turn has to ask: its settlements, then its admissions (each
         given the next lease number here, so a request sends only its tokens and nano-USD)."""
         self._scheduled = False
         admissions, settlements, handovers = self._admissions, self._settlements, self._handovers
-        if not admissions and not settlements and not handovers:
+        grants, give_backs = self._grants, self._give_backs
+        if not admissions and not settlements and not handovers and not grants and not give_backs:
             return
         self._admissions, self._settlements = [], []
         if handovers:
             self._handovers = []
+        if grants:
+            self._grants = []
+        if give_backs:
+            self._give_backs = []
         parts = [b"", self._head, b""]  # the header and the key count, once both are known
         count = 0
         spec: list[bytes] = []
@@ -187,24 +243,43 @@ class Limiter:
             numbers.append(0)
             numbers.append(nano)
             numbers.append(0)
+        for plan, requests, tokens, nano, free in give_backs:
+            parts.append(plan.keys)
+            count += plan.key_count
+            spec.append(plan.give_back_spec)
+            numbers += (requests, tokens, nano, len(free))
+            numbers += free
         first = self._member_no + 1
         self._member_no += len(admissions)
         numbers.append(first)
+        numbers.append(len(grants))
         for a in admissions:
             plan = a[0]
             parts.append(plan.keys)
             count += plan.key_count
             numbers.append(a[1])
             numbers.append(a[2])
-        parts[0] = b"*%d\r\n" % (count + 7 + len(admissions))
+        sent_at = 0.0
+        if grants:
+            sent_at = self._clock()
+            numbers += (max(1, len(self._members())), self._margin_ms, MIN_GRANT)
+            for i, (plan, tokens, nano, requests, slots, _) in enumerate(grants):
+                parts.append(plan.keys)
+                count += plan.key_count
+                numbers += (requests, slots, tokens, nano, self._member_no + 1)
+                grants[i] = (plan, tokens, nano, requests, slots, self._member_no + 1)
+                self._member_no += slots
+        parts[0] = b"*%d\r\n" % (count + 7 + len(admissions) + len(grants))
         parts[2] = bulk(b"%d" % count)
         parts += (self._lease_arg, bulk(b"".join(spec)), self._prefix_arg,
                   bulk(pack(f"<{len(numbers)}q", *numbers)))
         parts += [a[0].admit_spec for a in admissions]
+        if grants:
+            parts += [g[0].admit_spec for g in grants]
         command = b"".join(parts)
         assert self._redis is not None
         self._in_flight += 1
-        self._redis.send(command, _Batch(self, admissions, settlements, handovers, first, command))
+        self._redis.send(command, _Batch(self, admissions, settlements, handovers, grants, sent_at, first, command))
 
     def _answered(self, reply: Any, batch: _Batch) -> None:
         if batch.command and isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT") \
@@ -222,11 +297,13 @@ class Limiter:
             for a in admissions:
                 if not a[3].done():
                     a[3].set_result(error)  # a result, not raised: the gate then counts alone
+            for grant in batch.grants:
+                grant[0].granting = False
             if batch.settlements or batch.handovers:  # lost with Redis: leases expire, reservations stay counted
                 log.warning("limits: %d settlements did not reach Redis (%s)",
                             len(batch.settlements) + len(batch.handovers), error)
             return
-        answers = reply.split(b"|") if len(admissions) > 1 else [reply]
+        answers = reply.split(b"|") if len(admissions) + len(batch.grants) > 1 else [reply]
         member = batch.first
         last_plan: Plan | None = None  # the plan whose budget answer is to keep, when the next is another
         last_answer, last_nano = b"", 0
@@ -251,6 +328,85 @@ class Limiter:
                     self.settle(outcome, -tokens, -nano)
         if last_plan is not None:
             self._keep_answer(last_plan, last_answer, last_nano)
+        if batch.grants:
+            for j, grant in enumerate(batch.grants):
+                answer = answers[len(admissions) + j] if len(admissions) + j < len(answers) else b"0"
+                self._granted(grant, answer, batch.sent_at)
+
+    # -- credits (credits.py) ----------------------------------------------------------------
+
+    def _granted(self, grant: _Grant, answer: bytes, sent_at: float) -> None:
+        """A grant's answer: the plan's new credit (its earlier one ends, what it did not use given back),
+        or a refusal (no grant asked for `credit_s`)."""
+        plan, tokens, nano, _, _, first_slot = grant
+        plan.granting = False
+        self.grants += 1
+        assert self._credit_s is not None
+        if not answer.startswith(b"g") or self.mode != "redis":
+            plan.grant_after = self._clock() + self._credit_s
+            return
+        given, slots, budgets = answer[1:].split(b":", 2)
+        requests = int(given)
+        old = plan.credit
+        if old is not None:
+            self._end_credit(plan, old)
+        self._credited.add(plan)
+        plan.credit = Credit(requests, requests * tokens, requests * nano,
+                             list(range(first_slot, first_slot + int(slots))) if plan.slotted else None,
+                             sent_at + self._credit_s, budgets if len(budgets) > 1 else b"")
+        if plan.budgets:
+            self._keep_answer(plan, budgets, 0)
+        if self._sweep_timer is None:
+            self._sweep_timer = get_running_loop().call_later(self._credit_s / 2, self._sweep)
+
+    def _end_credit(self, plan: Plan, credit: Credit) -> None:
+        """`credit` admits no more: what it did not use goes back to Redis; the next grant's size follows
+        how it was used. Its requests still in flight settle on Redis."""
+        if plan.credit is credit:
+            plan.credit = None
+        used = credit.granted - credit.requests
+        self.credited_requests += used
+        if credit.requests <= credit.refill_at:  # half used within its lifetime: ask for more next time
+            plan.grant_size = min(MAX_GRANT, plan.grant_size * 2)
+        elif used < credit.granted // 4:
+            plan.grant_size = max(FIRST_GRANT, plan.grant_size // 2)
+        if credit.slots_short:
+            plan.slot_size = min(MAX_SLOTS, plan.slot_size * 2)
+        free = credit.free if credit.free is not None else []
+        if credit.requests or credit.tokens or credit.nano or free:
+            self._give_backs.append((plan, credit.requests, credit.tokens, credit.nano, free))
+            self._schedule()
+        credit.requests = credit.tokens = credit.nano = 0
+        credit.free = []
+
+    def _sweep(self) -> None:
+        """Every `credit_s / 2` while credits are held: the ended ones give back what they did not use (a
+        credit admits nothing after it ends in any case: `reserve` reads the clock)."""
+        self._sweep_timer = None
+        now = self._clock()
+        held: set[Plan] = set()
+        for plan in self._credited:
+            credit = plan.credit
+            if credit is None:
+                continue
+            if now >= credit.expires:
+                self._end_credit(plan, credit)
+            else:
+                held.add(plan)
+        self._credited = held
+        if held and self._credit_s is not None:
+            self._sweep_timer = get_running_loop().call_later(self._credit_s / 2, self._sweep)
+
+    def _drop_credits(self) -> None:
+        """Redis is lost: credits admit no more, and what they held stays counted there (over, never under)."""
+        for plan in self._credited:
+            credit = plan.credit
+            if credit is not None:
+                self.credited_requests += credit.granted - credit.requests
+                plan.credit = None
+        for grant in self._grants:
+            grant[0].granting = False
+        self._credited, self._grants, self._give_backs = set(), [], []
 
     def _keep_answer(self, plan: Plan, answer: bytes, nano: int) -> None:
         """The last budget answer of `plan` (and what it reserved): where counting alone starts if Redis
@@ -268,6 +424,7 @@ class Limiter:
                     "is back", exc)
         self.mode = "fallback"
         self.since = self._clock()
+        self._drop_credits()
         self._known_spent = self._spent_when_lost()
         # Requests stay local (no wait on a dead Redis); one background probe per retry_redis_s brings it back.
         self._probe = asyncio.get_running_loop().create_task(self._probe_until_back())
@@ -316,6 +473,18 @@ class Limiter:
         """Give the concurrency lease back and correct tokens and cost to the actual usage (no await: it
         goes with the next loop turn's script call)."""
         plan = reservation.plan
+        if nano_delta > 0 and plan.hard and plan.credit is not None:
+            # It cost more than it reserved: the plan's credit ends (the budget may be spent meanwhile, which
+            # only Redis can tell), and its next requests are admitted on Redis for `credit_s`.
+            self._end_credit(plan, plan.credit)
+            plan.grant_after = self._clock() + (self._credit_s or 0.0)
+        credit = reservation.credit
+        if credit is not None and credit is plan.credit:  # its credit still admits: settled there
+            credit.tokens -= tokens_delta
+            credit.nano -= nano_delta
+            if credit.free is not None:
+                credit.free.append(reservation.member)
+            return
         if reservation.backend == "local":
             self.local.settle(plan, tokens_delta, nano_delta, reservation.member, len(self._members()))
             return
@@ -338,7 +507,14 @@ class Limiter:
         if self._settle_timer is not None:
             self._settle_timer.cancel()
             self._settle_timer = None
-        if self.mode == "redis" and (self._settlements or self._admissions or self._handovers):
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
+        for plan in self._credited:  # what credits hold goes back
+            if plan.credit is not None:
+                self._end_credit(plan, plan.credit)
+        self._credited = set()
+        if self.mode == "redis" and (self._settlements or self._admissions or self._handovers or self._give_backs):
             self._send()
         if self._in_flight:
             self._idle = asyncio.Event()
@@ -372,4 +548,10 @@ class Limiter:
         return {"mode": self.mode, "shared": self.mode == "redis",
                 "live_replicas": replicas, "share": 1.0 if self.mode == "redis" else round(1 / max(1, replicas), 4),
                 "since_s": round(self._clock() - self.since, 3), "redis_losses": self.fallbacks,
-                "pending_settlements": len(self._settlements) + len(self._handovers)}
+                "pending_settlements": len(self._settlements) + len(self._handovers),
+                "credits": self._describe_credits()}
+
+    def _describe_credits(self) -> dict[str, Any]:
+        held = [p.credit for p in self._credited if p.credit is not None]
+        return {"enabled": self._credit_s is not None, "plans_holding": len(held), "grants": self.grants,
+                "requests_on_credit": self.credited_requests + sum(c.granted - c.requests for c in held)}
