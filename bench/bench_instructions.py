@@ -109,7 +109,8 @@ async def _load(port: int, stream: bool, requests: int, concurrency: int, surfac
 def measure(python: str, src: Path, server: str, stream: bool, requests: int, warmup: int, concurrency: int,
             procs: ProcessSet, out_dir: Path, config: Path | None = None, event_gap_ms: float = 0.0,
             surface: str = "chat", tenants_redis: str | None = None, idle_s: float = 0.0,
-            source_hot_path: bool = False, stream_tokens: int = 6, pinned: bool = True) -> dict:
+            source_hot_path: bool = False, stream_tokens: int = 6, pinned: bool = True,
+            credits: bool = True) -> dict:
     upstream = procs.start("upstream", [python, str(HERE / "fast_upstream.py"), "--port", "0",
                                         "--event-gap-ms", str(event_gap_ms), "--stream-tokens", str(stream_tokens)],
                            cpus="1")
@@ -138,7 +139,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
             command[3:] = ["--config", str(config_file)]
         if tenants_redis is not None:  # the key gate on: the bench key's runner, its config, its key
             config_file = out_dir / "tenants.yaml"
-            config_file.write_text(tenants_config(upstream_url, tenants_redis, pinned_admission=True))
+            config_file.write_text(tenants_config(upstream_url, tenants_redis, pinned_admission=True, credits=credits))
             command = [str(HERE / "sits_bench_keys.py"), "serve", "--config", str(config_file)]
             env["SITS_KEY_SECRET"], env["SITS_BENCH_KEY"] = TENANTS_SECRET, TENANTS_KEY
     else:  # the bare Python proxy: what any gateway on this stack costs at the least
@@ -168,7 +169,7 @@ def measure(python: str, src: Path, server: str, stream: bool, requests: int, wa
         raise RuntimeError("callgrind recorded no instructions (did the dump happen?)")
     return {"server": server, "surface": surface, "mode": "stream" if stream else "nonstream", "requests": requests,
             "concurrency": concurrency, "hot_path": hot_path,
-            "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None,
+            "event_gap_ms": event_gap_ms, "tenants": tenants_redis is not None, "credits": credits and tenants_redis is not None,
             "stream_tokens": stream_tokens if stream else None,
             "admission": "as configured" if config is not None else "pinned at 64" if pinned else "adaptive",
             "instructions": total, "instructions_per_request": round(total / requests),
@@ -265,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tenants", action="store_true",
                     help="turn the key gate on: a tenant key with rpm, tpm and concurrency limits counted in Redis "
                     "(--redis-url) and daily and monthly budgets, a priced model (bench/sits_bench_keys.py)")
+    ap.add_argument("--no-credits", action="store_true",
+                    help="with --tenants: every keyed request admitted on Redis (limits.credit_s: null), not on "
+                    "per-replica credits")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis --tenants counts limits in")
     args = ap.parse_args(argv)
     surfaces = args.surface.split(",")
@@ -298,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                                                 args.requests, args.warmup, args.concurrency, procs, Path(tmp),
                                                 args.config, args.event_gap_ms, surface,
                                                 args.redis_url if args.tenants else None, args.idle_seconds,
-                                                source_hot_path, tokens, not args.adaptive_admission))
+                                                source_hot_path, tokens, not args.adaptive_admission,
+                                                not args.no_credits))
         finally:
             procs.stop_all()
             if args.keep_callgrind is not None:

@@ -77,13 +77,15 @@ TENANTS_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def tenants_config(upstream_url: str, redis_url: str = TENANTS_REDIS, *, pinned_admission: bool = False,
-                   max_batch: int | None = None) -> str:
+                   max_batch: int | None = None, credits: bool = True) -> str:
     """The key gate on, as the benches price it (bench/sits_bench_keys.py supplies the key: rpm, tpm and
     concurrency limits counted in Redis, a key and a team budget reserved and settled), the model priced so
     every request's cost is computed. `pinned_admission`: admission's limit fixed at 64 (for valgrind
-    runs, see bench_instructions.py); `max_batch`: `limits.max_batch` when not the default."""
+    runs, see bench_instructions.py); `max_batch`: `limits.max_batch` when not the default; `credits`: False for `limits.credit_s: null`."""
     admission = PINNED_ADMISSION if pinned_admission else ""
     batch = f", max_batch: {max_batch}" if max_batch is not None else ""
+    if not credits:  # every request admitted on Redis (docs/limits-and-budgets.md, "Per-replica credits")
+        batch += ", credit_s: null"
     return (f"{admission}tenants:\n  enabled: true\n"
             f'  limits: {{redis_url: "{redis_url}", key_prefix: "sits:bench:{os.getpid()}:"{batch}}}\n'
             f"models:\n  - name: {MODEL}\n    price: {{input: 3.0, cached_input: 0.3, output: 15.0}}\n"
