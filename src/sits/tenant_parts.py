@@ -76,7 +76,8 @@ class TenantParts:
         self._limiter = limiter = Limiter(self._redis, members, lease_s=limits.concurrency_lease_s,
                                           retry_redis_s=limits.retry_redis_s, max_batch=limits.max_batch,
                                           credit_s=limits.credit_s)
-        metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels)
+        metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels,
+                                credits=limiter.credit_counts)
         if self._registry is not None:
             self._registry.register(metrics)
         prompt_tokens = PromptTokens(tokenizers, table)

@@ -134,6 +134,7 @@ class Limiter:
         self._sweep_timer: asyncio.TimerHandle | None = None
         self.credited_requests = 0  # admitted on credits that have ended
         self.grants = 0  # grants answered, given or refused
+        self.grants_refused = 0
     def plan(self, checks: Sequence[Check]) -> Plan:
         plan = Plan(checks)
         if self._credit_s is not None and creditable(checks):
@@ -343,6 +344,7 @@ class Limiter:
         self.grants += 1
         assert self._credit_s is not None
         if not answer.startswith(b"g") or self.mode != "redis":
+            self.grants_refused += 1
             plan.grant_after = self._clock() + self._credit_s
             return
         given, slots, budgets = answer[1:].split(b":", 2)
@@ -551,7 +553,13 @@ class Limiter:
                 "pending_settlements": len(self._settlements) + len(self._handovers),
                 "credits": self._describe_credits()}
 
+    def credit_counts(self) -> tuple[int, int, int]:
+        """Grants given, grants refused, and requests admitted on credit (for the metrics)."""
+        held = sum(p.credit.granted - p.credit.requests for p in self._credited if p.credit is not None)
+        return self.grants - self.grants_refused, self.grants_refused, self.credited_requests + held
+
     def _describe_credits(self) -> dict[str, Any]:
-        held = [p.credit for p in self._credited if p.credit is not None]
-        return {"enabled": self._credit_s is not None, "plans_holding": len(held), "grants": self.grants,
-                "requests_on_credit": self.credited_requests + sum(c.granted - c.requests for c in held)}
+        given, refused, on_credit = self.credit_counts()
+        return {"enabled": self._credit_s is not None,
+                "plans_holding": sum(1 for p in self._credited if p.credit is not None),
+                "grants": self.grants, "grants_refused": refused, "requests_on_credit": on_credit}

@@ -35,11 +35,14 @@ class TenantMetrics:
     the module is compiled, and a compiled class subclasses no third-party class (docs/hot-path.md)."""
 
     def __init__(self, limiter_mode: Callable[[], str], redis_losses: Callable[[], int],
-                 max_teams: int = 100, max_models: int = 256) -> None:
+                 max_teams: int = 100, max_models: int = 256,
+                 credits: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)) -> None:
+        """`credits`: the limiter's grants given, grants refused and requests admitted on credit."""
         self._team = BoundedLabels(max_teams)
         self._model = BoundedLabels(max_models)
         self._limiter_mode = limiter_mode
         self._redis_losses = redis_losses
+        self._credits = credits
         self.requests = Tally("sits_tenant_requests", "Data-plane requests by team, model and what the key "
                               "gate decided (admitted, or the limit that refused it).", ("team", "model", "outcome"))
         self.spend = Tally("sits_tenant_spend_usd", "USD spent, by team and model (cache hits cost 0).",
@@ -90,6 +93,16 @@ class TenantMetrics:
                                      "its share of every limit.")
         losses.add_metric([], float(self._redis_losses()))
         yield losses
+        given, refused, on_credit = self._credits()
+        grants = CounterMetricFamily("sits_limits_credit_grants", "Per-replica credit grants Redis answered, by "
+                                     "outcome (docs/limits-and-budgets.md).", labels=["outcome"])
+        grants.add_metric(["given"], float(given))
+        grants.add_metric(["refused"], float(refused))
+        yield grants
+        admitted = CounterMetricFamily("sits_limits_credit_admissions", "Requests admitted on a per-replica "
+                                       "credit, with no Redis call of their own.")
+        admitted.add_metric([], float(on_credit))
+        yield admitted
 
     def describe(self) -> list[object]:
         return []
