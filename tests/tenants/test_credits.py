@@ -32,6 +32,9 @@ def _prefix() -> str:
 
 
 def _limiter(url: str = REDIS_URL, replicas: Sequence[str] = ("replica-a",), **args: float | None) -> Limiter:
+    """A limiter on `url`; its credits live 5 s unless told (longer than any of these tests' steps, however
+    slow the machine: a credit that ended early would only send requests to Redis one by one)."""
+    args.setdefault("credit_s", 5.0)
     return Limiter(RedisWire(url), lambda: list(replicas), **args)  # type: ignore[arg-type]
 
 
@@ -99,6 +102,8 @@ async def test_a_grant_is_refused_near_the_limit_and_requests_go_one_by_one():
     prefix = _prefix()
     check = Check(RATE, "key", f"{prefix}r", 600)
     alone = _limiter(credit_s=None)
+    # The 5 s lifetime keeps 5 s of the minute from grants: the refusal does not depend on how long the
+    # 590 admissions took (the minute gives back one unit a 100 ms meanwhile).
     limiter = _limiter()
     try:
         plan = alone.plan([check])
@@ -106,7 +111,7 @@ async def test_a_grant_is_refused_near_the_limit_and_requests_go_one_by_one():
         assert all(isinstance(t, Reservation) for t in taken)
         credited = limiter.plan([check])
         admitted = await limiter.admit(credited, 0, 0)
-        # about 9 left less the margin: a grant may take half, under the smallest grant: refused
+        # about 9 left, less the 5 s margin: nothing a grant may take
         assert isinstance(admitted, Reservation) and admitted.backend == "redis"
         assert limiter.grants == 1 and credited.credit is None
         again = await limiter.admit(credited, 0, 0)
@@ -234,9 +239,7 @@ async def test_requests_on_credit_make_few_script_calls():
     relay = CountingRelay()
     await relay.start()
     prefix = _prefix()
-    # A lifetime longer than the test: how many calls 400 requests take must not depend on how fast this
-    # machine answers (a credit that ended early would only send requests to Redis one by one meanwhile).
-    limiter = _limiter(f"redis://127.0.0.1:{relay.port}/0", credit_s=5.0)
+    limiter = _limiter(f"redis://127.0.0.1:{relay.port}/0")
     try:
         plan = limiter.plan([Check(RATE, "key", f"{prefix}r", 1_000_000), Check(CONCURRENCY, "key", f"{prefix}c", 1_000)])
         for _ in range(400):
@@ -288,7 +291,9 @@ async def test_a_gateway_admits_a_keys_requests_on_credit_and_its_budget_counter
     keys.add("sk-big", "key_big", limits=Limits(rpm=60_000, tpm=100_000_000, concurrency=200),
              budget=Budget("total", hard_usd=1_000.0))
     prefix = _prefix()
-    gateway = await tenant_gateway(tenant_config(usage_upstream.url, prefix=prefix), keys, spend)
+    # A lifetime longer than a round of requests on a slow machine: the later rounds find the credit alive.
+    raw = tenant_config(usage_upstream.url, prefix=prefix, limits={"credit_s": 5.0})
+    gateway = await tenant_gateway(raw, keys, spend)
     sdk = client(gateway, "sk-big")
     try:
         for _ in range(5):  # bounded: 5 rounds of 8 concurrent requests
