@@ -321,3 +321,28 @@ async def test_a_gateway_admits_a_keys_requests_on_credit_and_its_budget_counter
     finally:
         await plain.aclose()
         await _clean(prefix)
+
+
+async def test_a_request_that_cost_more_than_it_reserved_ends_its_plans_credit():
+    prefix = _prefix()
+    key = f"{prefix}b"
+    limiter = _limiter()
+    plain = aioredis.from_url(REDIS_URL)
+    try:
+        plan = limiter.plan([Check(BUDGET, "key", key, 10**12, period_end_ms=0)])
+        first = await limiter.admit(plan, 0, 1_000)
+        on_credit = limiter.reserve(plan, 0, 1_000)
+        assert isinstance(first, Reservation) and isinstance(on_credit, Reservation) and on_credit.backend == "credit"
+        limiter.settle(on_credit, 0, 4_000)  # it cost 5,000: the budget may be spent, which only Redis knows
+        assert plan.credit is None
+        after = await limiter.admit(plan, 0, 1_000)
+        assert isinstance(after, Reservation) and after.backend == "redis"
+        assert plan.credit is None and limiter.grants == 1  # no grant asked for credit_s
+        limiter.settle(first, 0, 0)
+        limiter.settle(after, 0, 0)
+        await limiter.close()
+        assert int(await plain.get(key)) == 1_000 + 5_000 + 1_000  # the credit's remainder back, the overrun charged
+    finally:
+        await limiter.close()
+        await plain.aclose()
+        await _clean(prefix)
