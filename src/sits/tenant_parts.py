@@ -77,7 +77,7 @@ class TenantParts:
                                           retry_redis_s=limits.retry_redis_s, max_batch=limits.max_batch,
                                           credit_s=limits.credit_s)
         metrics = TenantMetrics(lambda: limiter.mode, lambda: limiter.fallbacks, max_teams=limits.max_team_labels,
-                                credits=limiter.credit_counts)
+                                credits=limiter.credits.counts if limiter.credits is not None else None)
         if self._registry is not None:
             self._registry.register(metrics)
         prompt_tokens = PromptTokens(tokenizers, table)

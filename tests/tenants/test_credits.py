@@ -92,7 +92,7 @@ async def test_small_limits_are_admitted_request_by_request():
         for _ in range(3):
             admitted = await limiter.admit(plan, 0, 0)
             assert isinstance(admitted, Reservation) and admitted.backend == "redis"
-        assert limiter.grants == 0 and plan.credit is None
+        assert limiter.describe()["credits"]["grants"] == 0 and plan.credit is None
     finally:
         await limiter.close()
         await _clean(prefix)
@@ -113,10 +113,10 @@ async def test_a_grant_is_refused_near_the_limit_and_requests_go_one_by_one():
         admitted = await limiter.admit(credited, 0, 0)
         # about 9 left, less the 5 s margin: nothing a grant may take
         assert isinstance(admitted, Reservation) and admitted.backend == "redis"
-        assert limiter.grants == 1 and credited.credit is None
+        assert limiter.describe()["credits"]["grants_refused"] == 1 and credited.credit is None
         again = await limiter.admit(credited, 0, 0)
         assert isinstance(again, Reservation) and again.backend == "redis"
-        assert limiter.grants == 1  # not asked again within credit_s of the refusal
+        assert limiter.describe()["credits"]["grants"] == 1  # not asked again within credit_s of the refusal
     finally:
         await alone.close()
         await limiter.close()
@@ -337,7 +337,7 @@ async def test_a_request_that_cost_more_than_it_reserved_ends_its_plans_credit()
         assert plan.credit is None
         after = await limiter.admit(plan, 0, 1_000)
         assert isinstance(after, Reservation) and after.backend == "redis"
-        assert plan.credit is None and limiter.grants == 1  # no grant asked for credit_s
+        assert plan.credit is None and limiter.describe()["credits"]["grants"] == 1  # none asked for credit_s
         limiter.settle(first, 0, 0)
         limiter.settle(after, 0, 0)
         await limiter.close()

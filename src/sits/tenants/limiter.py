@@ -13,7 +13,8 @@ ONE script call (EVALSHA): at most one Redis round trip per request, shared; a t
 Where every limit of a plan is large (credits.py), a replica takes a grant of many requests' worth of its
 checks in that same call and admits and settles the plan's requests in memory until the grant is used up or
 its lifetime passes (no round trip, no await), asking for the next grant when half is used; what a credit
-did not use is given back.
+did not use is given back (credit_book.py; a request takes and settles a credit here, in `reserve`
+and `settle`).
 
 When Redis cannot be reached, each replica enforces its share of every limit (limit / live replicas,
 from the cluster view) in memory, reports it (`mode`, a metric, `/v1/cluster`), and tries Redis again
@@ -33,7 +34,8 @@ from collections.abc import Callable, Sequence
 from struct import pack
 from typing import Any, Final
 
-from sits.tenants.credits import FIRST_GRANT, FIRST_SLOTS, MAX_GRANT, MAX_SLOTS, MIN_GRANT, Credit
+from sits.tenants.credit_book import CreditBook, GiveBack
+from sits.tenants.credits import MIN_GRANT
 from sits.tenants.limit_plan import (
     Check,
     Denied,
@@ -65,8 +67,6 @@ _Settlement = tuple[Plan, int, int, int]
 _Handover = tuple[bytes, int, bytes, int]
 # A grant asked (credits.py): (plan, tokens and nano-USD a request, requests, slots, first slot's lease number).
 _Grant = tuple[Plan, int, int, int, int, int]
-# What an ended credit did not use: (plan, rate units, tokens, nano-USD, free slots' lease numbers).
-_GiveBack = tuple[Plan, int, int, int, list[int]]
 
 
 class _Batch:
@@ -126,20 +126,13 @@ class Limiter:
         self._settle_timer: asyncio.TimerHandle | None = None
         self._in_flight = 0  # batches sent and not answered yet
         self._idle: asyncio.Event | None = None
-        self._credit_s = credit_s
-        self._margin_ms = int(credit_s * 1000) if credit_s is not None else 0
+        self.credits = CreditBook(credit_s, clock, self._give_back) if credit_s is not None else None
         self._grants: list[_Grant] = []  # asked this loop turn
-        self._give_backs: list[_GiveBack] = []
-        self._credited: set[Plan] = set()  # the plans holding a credit (`plan.credit`), and some that did
-        self._sweep_timer: asyncio.TimerHandle | None = None
-        self.credited_requests = 0  # admitted on credits that have ended
-        self.grants = 0  # grants answered, given or refused
-        self.grants_refused = 0
+        self._give_backs: list[GiveBack] = []
     def plan(self, checks: Sequence[Check]) -> Plan:
         plan = Plan(checks)
-        if self._credit_s is not None and creditable(checks):
-            plan.creditable = True
-            plan.grant_size, plan.slot_size = FIRST_GRANT, FIRST_SLOTS
+        if self.credits is not None and creditable(checks):
+            self.credits.enroll(plan)
         return plan
 
     # -- admission ----------------------------------------------------------------------
@@ -262,8 +255,9 @@ class Limiter:
             numbers.append(a[2])
         sent_at = 0.0
         if grants:
+            assert self.credits is not None
             sent_at = self._clock()
-            numbers += (max(1, len(self._members())), self._margin_ms, MIN_GRANT)
+            numbers += (max(1, len(self._members())), self.credits.margin_ms, MIN_GRANT)
             for i, (plan, tokens, nano, requests, slots, _) in enumerate(grants):
                 parts.append(plan.keys)
                 count += plan.key_count
@@ -330,85 +324,21 @@ class Limiter:
         if last_plan is not None:
             self._keep_answer(last_plan, last_answer, last_nano)
         if batch.grants:
-            for j, grant in enumerate(batch.grants):
-                answer = answers[len(admissions) + j] if len(admissions) + j < len(answers) else b"0"
-                self._granted(grant, answer, batch.sent_at)
+            credits = self.credits
+            assert credits is not None
+            for j, (plan, tokens, nano, _, _, first_slot) in enumerate(batch.grants):
+                at = len(admissions) + j
+                # A grant answered after Redis was lost is not used (what it took stays counted there).
+                answer = answers[at] if at < len(answers) and self.mode == "redis" else b"0"
+                credit = credits.granted(plan, tokens, nano, first_slot, answer, batch.sent_at)
+                if credit is not None and plan.budgets:
+                    self._keep_answer(plan, credit.answer, 0)
 
-    # -- credits (credits.py) ----------------------------------------------------------------
-
-    def _granted(self, grant: _Grant, answer: bytes, sent_at: float) -> None:
-        """A grant's answer: the plan's new credit (its earlier one ends, what it did not use given back),
-        or a refusal (no grant asked for `credit_s`)."""
-        plan, tokens, nano, _, _, first_slot = grant
-        plan.granting = False
-        self.grants += 1
-        assert self._credit_s is not None
-        if not answer.startswith(b"g") or self.mode != "redis":
-            self.grants_refused += 1
-            plan.grant_after = self._clock() + self._credit_s
-            return
-        given, slots, budgets = answer[1:].split(b":", 2)
-        requests = int(given)
-        old = plan.credit
-        if old is not None:
-            self._end_credit(plan, old)
-        self._credited.add(plan)
-        plan.credit = Credit(requests, requests * tokens, requests * nano,
-                             list(range(first_slot, first_slot + int(slots))) if plan.slotted else None,
-                             sent_at + self._credit_s, budgets if len(budgets) > 1 else b"")
-        if plan.budgets:
-            self._keep_answer(plan, budgets, 0)
-        if self._sweep_timer is None:
-            self._sweep_timer = get_running_loop().call_later(self._credit_s / 2, self._sweep)
-
-    def _end_credit(self, plan: Plan, credit: Credit) -> None:
-        """`credit` admits no more: what it did not use goes back to Redis; the next grant's size follows
-        how it was used. Its requests still in flight settle on Redis."""
-        if plan.credit is credit:
-            plan.credit = None
-        used = credit.granted - credit.requests
-        self.credited_requests += used
-        if credit.requests <= credit.refill_at:  # half used within its lifetime: ask for more next time
-            plan.grant_size = min(MAX_GRANT, plan.grant_size * 2)
-        elif used < credit.granted // 4:
-            plan.grant_size = max(FIRST_GRANT, plan.grant_size // 2)
-        if credit.slots_short:
-            plan.slot_size = min(MAX_SLOTS, plan.slot_size * 2)
-        free = credit.free if credit.free is not None else []
-        if credit.requests or credit.tokens or credit.nano or free:
-            self._give_backs.append((plan, credit.requests, credit.tokens, credit.nano, free))
+    def _give_back(self, give_back: GiveBack) -> None:
+        """An ended credit's remainder (credit_book.py), with the next script call."""
+        if self.mode == "redis":
+            self._give_backs.append(give_back)
             self._schedule()
-        credit.requests = credit.tokens = credit.nano = 0
-        credit.free = []
-
-    def _sweep(self) -> None:
-        """Every `credit_s / 2` while credits are held: the ended ones give back what they did not use (a
-        credit admits nothing after it ends in any case: `reserve` reads the clock)."""
-        self._sweep_timer = None
-        now = self._clock()
-        held: set[Plan] = set()
-        for plan in self._credited:
-            credit = plan.credit
-            if credit is None:
-                continue
-            if now >= credit.expires:
-                self._end_credit(plan, credit)
-            else:
-                held.add(plan)
-        self._credited = held
-        if held and self._credit_s is not None:
-            self._sweep_timer = get_running_loop().call_later(self._credit_s / 2, self._sweep)
-
-    def _drop_credits(self) -> None:
-        """Redis is lost: credits admit no more, and what they held stays counted there (over, never under)."""
-        for plan in self._credited:
-            credit = plan.credit
-            if credit is not None:
-                self.credited_requests += credit.granted - credit.requests
-                plan.credit = None
-        for grant in self._grants:
-            grant[0].granting = False
-        self._credited, self._grants, self._give_backs = set(), [], []
 
     def _keep_answer(self, plan: Plan, answer: bytes, nano: int) -> None:
         """The last budget answer of `plan` (and what it reserved): where counting alone starts if Redis
@@ -426,7 +356,11 @@ class Limiter:
                     "is back", exc)
         self.mode = "fallback"
         self.since = self._clock()
-        self._drop_credits()
+        if self.credits is not None:
+            self.credits.drop()
+        for grant in self._grants:
+            grant[0].granting = False
+        self._grants, self._give_backs = [], []
         self._known_spent = self._spent_when_lost()
         # Requests stay local (no wait on a dead Redis); one background probe per retry_redis_s brings it back.
         self._probe = asyncio.get_running_loop().create_task(self._probe_until_back())
@@ -475,11 +409,8 @@ class Limiter:
         """Give the concurrency lease back and correct tokens and cost to the actual usage (no await: it
         goes with the next loop turn's script call)."""
         plan = reservation.plan
-        if nano_delta > 0 and plan.hard and plan.credit is not None:
-            # It cost more than it reserved: the plan's credit ends (the budget may be spent meanwhile, which
-            # only Redis can tell), and its next requests are admitted on Redis for `credit_s`.
-            self._end_credit(plan, plan.credit)
-            plan.grant_after = self._clock() + (self._credit_s or 0.0)
+        if nano_delta > 0 and plan.hard and plan.credit is not None and self.credits is not None:
+            self.credits.overran(plan)  # it cost more than it reserved: its plan's credit ends
         credit = reservation.credit
         if credit is not None and credit is plan.credit:  # its credit still admits: settled there
             credit.tokens -= tokens_delta
@@ -509,13 +440,8 @@ class Limiter:
         if self._settle_timer is not None:
             self._settle_timer.cancel()
             self._settle_timer = None
-        if self._sweep_timer is not None:
-            self._sweep_timer.cancel()
-            self._sweep_timer = None
-        for plan in self._credited:  # what credits hold goes back
-            if plan.credit is not None:
-                self._end_credit(plan, plan.credit)
-        self._credited = set()
+        if self.credits is not None:
+            self.credits.close()  # what credits hold goes back with the call below
         if self.mode == "redis" and (self._settlements or self._admissions or self._handovers or self._give_backs):
             self._send()
         if self._in_flight:
@@ -551,15 +477,4 @@ class Limiter:
                 "live_replicas": replicas, "share": 1.0 if self.mode == "redis" else round(1 / max(1, replicas), 4),
                 "since_s": round(self._clock() - self.since, 3), "redis_losses": self.fallbacks,
                 "pending_settlements": len(self._settlements) + len(self._handovers),
-                "credits": self._describe_credits()}
-
-    def credit_counts(self) -> tuple[int, int, int]:
-        """Grants given, grants refused, and requests admitted on credit (for the metrics)."""
-        held = sum(p.credit.granted - p.credit.requests for p in self._credited if p.credit is not None)
-        return self.grants - self.grants_refused, self.grants_refused, self.credited_requests + held
-
-    def _describe_credits(self) -> dict[str, Any]:
-        given, refused, on_credit = self.credit_counts()
-        return {"enabled": self._credit_s is not None,
-                "plans_holding": sum(1 for p in self._credited if p.credit is not None),
-                "grants": self.grants, "grants_refused": refused, "requests_on_credit": on_credit}
+                "credits": self.credits.describe() if self.credits is not None else {"enabled": False}}

@@ -36,8 +36,9 @@ class TenantMetrics:
 
     def __init__(self, limiter_mode: Callable[[], str], redis_losses: Callable[[], int],
                  max_teams: int = 100, max_models: int = 256,
-                 credits: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)) -> None:
-        """`credits`: the limiter's grants given, grants refused and requests admitted on credit."""
+                 credits: Callable[[], tuple[int, int, int]] | None = None) -> None:
+        """`credits`: the limiter's grants given, grants refused and requests admitted on credit (None:
+        credits off, no such series)."""
         self._team = BoundedLabels(max_teams)
         self._model = BoundedLabels(max_models)
         self._limiter_mode = limiter_mode
@@ -93,6 +94,8 @@ class TenantMetrics:
                                      "its share of every limit.")
         losses.add_metric([], float(self._redis_losses()))
         yield losses
+        if self._credits is None:
+            return
         given, refused, on_credit = self._credits()
         grants = CounterMetricFamily("sits_limits_credit_grants", "Per-replica credit grants Redis answered, by "
                                      "outcome (docs/limits-and-budgets.md).", labels=["outcome"])
